@@ -1,0 +1,102 @@
+// Package ir is tensorbridge's single adapter to its computation IR, the
+// GoMLX v0.26.0 graph.
+//
+// Every other package of the project (the ONNX importer, the portable API,
+// the tools) names graphs, nodes, tensors, shapes and dtypes through the
+// aliases here rather than importing GoMLX directly, so a GoMLX upgrade, whose
+// API moves a lot between releases, is absorbed by this one package. Backends
+// (packages cpu and pjrt) are the exception: they implement GoMLX's backend
+// interface and so must import it.
+package ir
+
+import (
+	"fmt"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+)
+
+type (
+	// Graph is a computation under construction or compiled.
+	Graph = graph.Graph
+	// Node is one value in a Graph.
+	Node = graph.Node
+	// Tensor is a host or device array with a shape.
+	Tensor = tensors.Tensor
+	// Shape is a dtype and dimensions.
+	Shape = shapes.Shape
+	// DType is an element type.
+	DType = dtypes.DType
+	// Engine is the GoMLX backend a graph is built and run on.
+	Engine = backends.Backend
+)
+
+// Element types, re-exported.
+const (
+	Bool         = dtypes.Bool
+	Int8         = dtypes.Int8
+	Int16        = dtypes.Int16
+	Int32        = dtypes.Int32
+	Int64        = dtypes.Int64
+	Uint8        = dtypes.Uint8
+	Uint16       = dtypes.Uint16
+	Uint32       = dtypes.Uint32
+	Uint64       = dtypes.Uint64
+	Float16      = dtypes.Float16
+	BFloat16     = dtypes.BFloat16
+	Float32      = dtypes.Float32
+	Float64      = dtypes.Float64
+	Complex64    = dtypes.Complex64
+	Complex128   = dtypes.Complex128
+	InvalidDType = dtypes.InvalidDType
+)
+
+// MakeShape returns a shape of the given dtype and dimensions.
+func MakeShape(dt DType, dims ...int) Shape { return shapes.Make(dt, dims...) }
+
+// NewGraph starts a graph on an engine.
+func NewGraph(e Engine, name string) *Graph { return graph.NewGraph(e, name) }
+
+// Parameter declares a graph input.
+func Parameter(g *Graph, name string, s Shape) *Node { return graph.Parameter(g, name, s) }
+
+// TensorFromBytes returns a new host tensor of dtype dt and the given
+// dimensions whose elements are copied from raw: row-major, little-endian,
+// dt.Size() bytes per element (one byte per Bool). It is the dtype-agnostic
+// way to build a tensor (Float16 and BFloat16 included) without naming
+// GoMLX's element types.
+func TensorFromBytes(dt DType, dims []int, raw []byte) (t *Tensor, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			t, err = nil, fmt.Errorf("ir: building a %s%v tensor: %v", dt, dims, r)
+		}
+	}()
+	s := shapes.Make(dt, dims...)
+	if want := s.Size() * dt.Size(); len(raw) != want {
+		return nil, fmt.Errorf("ir: %s%v tensor needs %d bytes, got %d", dt, dims, want, len(raw))
+	}
+	t = tensors.FromShape(s)
+	if err := t.MutableBytes(func(data []byte) { copy(data, raw) }); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// TensorBytes returns a copy of t's elements as raw bytes: row-major,
+// little-endian, t.DType().Size() bytes per element. It brings the tensor
+// to the host if it lives on a device.
+func TensorBytes(t *Tensor) (raw []byte, err error) {
+	if t == nil {
+		return nil, fmt.Errorf("ir: nil tensor")
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			raw, err = nil, fmt.Errorf("ir: reading tensor bytes: %v", r)
+		}
+	}()
+	err = t.ConstBytes(func(data []byte) { raw = append([]byte(nil), data...) })
+	return raw, err
+}
