@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what the test suite uses, into per-user caches; safe to re-run.
+#   - the ONNX backend test data (Debian's libonnx-testdata)
+#   - PJRT plugins: the XLA CPU plugin and libtpu, from their PyPI wheels
+# Python is used by pip only; nothing here is needed at run time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ -x scripts/fetch-onnx-testdata.sh ]; then
+  echo "== ONNX backend test data"
+  scripts/fetch-onnx-testdata.sh
+fi
+if [ -x scripts/install-plugins.sh ]; then
+  echo "== PJRT plugins"
+  scripts/install-plugins.sh all
+fi
