@@ -1,0 +1,83 @@
+package cache
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"testing"
+	"time"
+)
+
+func validEntry(tb testing.TB, payload []byte) []byte {
+	tb.Helper()
+	k := testKey("fuzz")
+	h := &entryHeader{Digest: k.Digest(), Key: k.Info(), CompileTime: time.Second, Created: time.Unix(1700000000, 0).UTC()}
+	head, err := encodePrefix(h, payload)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return append(head, payload...)
+}
+
+// TestEntryLayout checks the documented byte layout field by field, reading
+// it with encoding/binary rather than with the parser.
+func TestEntryLayout(t *testing.T) {
+	payload := []byte("payload bytes")
+	b := validEntry(t, payload)
+	hl := binary.LittleEndian.Uint32(b[12:16])
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"magic", string(b[0:8]), "TBCACHE\x00"},
+		{"version", binary.LittleEndian.Uint32(b[8:12]), uint32(1)},
+		{"payload length", binary.LittleEndian.Uint64(b[16:24]), uint64(len(payload))},
+		{"payload sha256", [32]byte(b[24:56]), sha256.Sum256(payload)},
+		{"header sha256", [32]byte(b[56:88]), sha256.Sum256(append(append([]byte(nil), b[:56]...), b[88:88+hl]...))},
+		{"file length", len(b), 88 + int(hl) + len(payload)},
+		{"payload at end", string(b[88+hl:]), string(payload)},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	h, p, why := parseEntry(b)
+	if why != "" || !bytes.Equal(p, payload) || h.CompileTime != time.Second || h.Key.Name != "fuzz" {
+		t.Errorf("parseEntry = %+v, %q, %q", h, p, why)
+	}
+}
+
+// FuzzParseEntry feeds arbitrary bytes to the entry parser: it must never
+// panic, and whatever it accepts must satisfy the format's invariants.
+func FuzzParseEntry(f *testing.F) {
+	good := validEntry(f, []byte("exe"))
+	f.Add(good)
+	f.Add(validEntry(f, nil))
+	f.Add(good[:prefixLen])
+	f.Add(good[:len(good)-1])
+	f.Add([]byte{})
+	f.Add([]byte("TBCACHE\x00"))
+	bad := bytes.Clone(good)
+	binary.LittleEndian.PutUint64(bad[16:], ^uint64(0))
+	f.Add(bad)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, payload, why := parseEntry(b)
+		if why != "" {
+			if payload != nil {
+				t.Fatalf("rejected entry (%s) returned a payload", why)
+			}
+			return
+		}
+		hl := int(binary.LittleEndian.Uint32(b[12:]))
+		if len(b) != prefixLen+hl+len(payload) || uint64(len(payload)) != binary.LittleEndian.Uint64(b[16:]) {
+			t.Fatalf("accepted entry with inconsistent lengths")
+		}
+		if sha256.Sum256(payload) != [32]byte(b[24:56]) {
+			t.Fatalf("accepted entry with a wrong payload checksum")
+		}
+		if len(h.Digest) != 64 || h.CompileTime < 0 {
+			t.Fatalf("accepted header %+v", h)
+		}
+	})
+}
