@@ -15,12 +15,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tensorbridge/tensorbridge/cache"
 	"github.com/tensorbridge/tensorbridge/device"
 	"github.com/tensorbridge/tensorbridge/errs"
 )
@@ -311,18 +311,14 @@ func ParseBuckets(s string) (Buckets, error) {
 	return b, (Config{Buckets: b}).Validate()
 }
 
-// DefaultCacheDir is $TENSORBRIDGE_CACHE/compile, else the user cache
-// directory's tensorbridge/compile.
+// DefaultCacheDir is the compile cache directory used when none is set:
+// $TENSORBRIDGE_CACHE_DIR, else the user cache directory's tensorbridge/compile.
 func DefaultCacheDir() (string, error) {
-	if d := os.Getenv("TENSORBRIDGE_CACHE"); d != "" {
-		return filepath.Join(d, "compile"), nil
-	}
-	d, err := os.UserCacheDir()
+	d, err := cache.DefaultDir(os.Getenv)
 	if err != nil {
-		return "", &errs.Error{Kind: errs.FailedPrecondition, Op: "config",
-			Err: fmt.Errorf("no cache directory: %w (set TENSORBRIDGE_CACHE or a cache dir)", err)}
+		return "", &errs.Error{Kind: errs.FailedPrecondition, Op: "config", Err: err}
 	}
-	return filepath.Join(d, "tensorbridge", "compile"), nil
+	return d, nil
 }
 
 func orDefault(s, d string) string {
