@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/tensorbridge/tensorbridge"
+	"github.com/tensorbridge/tensorbridge/catalog"
+	"github.com/tensorbridge/tensorbridge/device"
+	"github.com/tensorbridge/tensorbridge/discover"
+	"github.com/tensorbridge/tensorbridge/errs"
+)
+
+func init() {
+	register(command{name: "devices", summary: "list the accelerators and CPU of this host, with problems", run: runDevices})
+}
+
+// discoveryFlags are the flags every command that inspects the host shares.
+type discoveryFlags struct {
+	root       string
+	noMetadata bool
+}
+
+func (f *discoveryFlags) options() discover.Options {
+	return discover.Options{Root: f.root, SkipMetadata: f.noMetadata}
+}
+
+func addDiscoveryFlags(fsFlags interface {
+	StringVar(*string, string, string, string)
+	BoolVar(*bool, string, bool, string)
+}, f *discoveryFlags) {
+	fsFlags.StringVar(&f.root, "root", "", "inspect a recorded host tree instead of / (sysfs, /dev, /proc under it)")
+	fsFlags.BoolVar(&f.noMetadata, "no-metadata", false, "do not query the GCE metadata server (also TENSORBRIDGE_NO_METADATA=1)")
+}
+
+// devicesOutput is the --json document of `tensorbridge devices`.
+type devicesOutput struct {
+	*discover.Report
+	// Accelerators counts TPU chips and GPUs found.
+	Accelerators int `json:"accelerators"`
+	// Summary is one sentence on what was found.
+	Summary string `json:"summary"`
+	// Backend, when --backend is given, is what the opened backend reports.
+	Backend *backendDevices `json:"backend,omitempty"`
+}
+
+type backendDevices struct {
+	Selection tensorbridge.Selection `json:"selection"`
+	Devices   []device.Info          `json:"devices"`
+}
+
+func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("devices", stderr, "[--json] [--backend NAME] [--root DIR] [--no-metadata]")
+	asJSON := fs.Bool("json", false, "print JSON")
+	backend := fs.String("backend", "", "also open this backend (or auto) and list the devices its runtime reports")
+	var df discoveryFlags
+	addDiscoveryFlags(fs, &df)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unexpected argument %q", fs.Arg(0))
+	}
+	rep, err := discover.Discover(ctx, df.options())
+	if err != nil {
+		return err
+	}
+	out := devicesOutput{Report: rep}
+	enrichFromCatalog(rep.Devices)
+	for _, d := range rep.Devices {
+		if d.Platform != device.CPU {
+			out.Accelerators++
+		}
+	}
+	out.Summary = summarize(rep, out.Accelerators)
+	if *backend != "" {
+		b, err := tensorbridge.Open(ctx, *backend)
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		out.Backend = &backendDevices{Selection: b.Selection(), Devices: b.Devices()}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	printDevices(stdout, &out)
+	return nil
+}
+
+// enrichFromCatalog adds the catalog's figures to each accelerator whose
+// generation discovery recognised, labelled with their source, beside what
+// discovery itself saw.
+func enrichFromCatalog(devs []device.Info) {
+	for i := range devs {
+		d := &devs[i]
+		if d.Generation == "" {
+			continue
+		}
+		a, ok := catalog.Lookup(d.Generation)
+		if !ok {
+			continue
+		}
+		add := func(name string, v any, src string) {
+			if _, exists := d.Attr(name); !exists {
+				d.Attributes = append(d.Attributes, device.Attribute{Name: name, Value: v, Source: "catalog: " + src})
+			}
+		}
+		if a.Memory.Known() {
+			add("catalog_memory_bytes", a.Memory.Value, a.Memory.Source)
+		}
+		if a.MemoryBandwidth.Known() {
+			add("catalog_memory_bandwidth_bytes_per_s", a.MemoryBandwidth.Value, a.MemoryBandwidth.Source)
+		}
+		if a.PeakBF16.Known() {
+			add("catalog_peak_bf16_flops", a.PeakBF16.Value, a.PeakBF16.Source)
+		}
+		if d.Memory.Total == 0 && a.Memory.Known() {
+			d.Memory = device.Memory{Total: uint64(a.Memory.Value), Source: "catalog"}
+		}
+	}
+}
+
+// summarize says in one sentence what was found, and for an empty result
+// what each accelerator probe saw.
+func summarize(rep *discover.Report, accels int) string {
+	if accels > 0 {
+		counts := map[string]int{}
+		var order []string
+		for _, d := range rep.Devices {
+			if d.Platform == device.CPU {
+				continue
+			}
+			k := d.Kind
+			if counts[k] == 0 {
+				order = append(order, k)
+			}
+			counts[k]++
+		}
+		var parts []string
+		for _, k := range order {
+			parts = append(parts, fmt.Sprintf("%d x %s", counts[k], k))
+		}
+		return "found " + strings.Join(parts, ", ")
+	}
+	var why []string
+	for _, name := range []string{discover.ProbePCI, discover.ProbeDeviceNodes, discover.ProbeNVML, discover.ProbeKFD} {
+		p, ok := rep.Probe(name)
+		if !ok {
+			continue
+		}
+		switch {
+		case p.Skipped != "":
+			why = append(why, fmt.Sprintf("%s skipped (%s)", name, p.Skipped))
+		case p.Err != "":
+			why = append(why, fmt.Sprintf("%s: %s", name, p.Err))
+		default:
+			why = append(why, fmt.Sprintf("%s found %d", name, p.Found))
+		}
+	}
+	return "no accelerator found: " + strings.Join(why, "; ")
+}
+
+func printDevices(w io.Writer, out *devicesOutput) {
+	rep := out.Report
+	h := rep.Host
+	fmt.Fprintf(w, "Host %s", orDash(h.Hostname))
+	if h.Kernel != "" {
+		fmt.Fprintf(w, " (Linux %s)", h.Kernel)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tPLATFORM\tKIND\tGENERATION\tMEMORY\tCORES\tSTATUS")
+	for _, d := range rep.Devices {
+		mem := "-"
+		if d.Memory.Total > 0 {
+			mem = errs.Bytes(d.Memory.Total)
+			if d.Memory.Source != "" {
+				mem += " (" + d.Memory.Source + ")"
+			}
+		}
+		cores := "-"
+		if d.Cores > 0 {
+			cores = fmt.Sprint(d.Cores)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, d.Platform, orDash(d.Kind), orDash(d.Generation), mem, cores, status(d))
+	}
+	tw.Flush()
+	for _, d := range rep.Devices {
+		if d.Platform == device.CPU && len(d.Features) > 0 {
+			fmt.Fprintf(w, "%s features: %s\n", d.ID, strings.Join(d.Features, " "))
+		}
+		for _, p := range d.Problems {
+			fmt.Fprintf(w, "%s %s\n", d.ID, p)
+		}
+	}
+	fmt.Fprintln(w, capitalize(out.Summary)+".")
+	if t := rep.TPU; t.AcceleratorType != "" || t.Topology != "" {
+		fmt.Fprintf(w, "TPU slice: %s", joinNonEmpty(", ", t.AcceleratorType, t.Topology))
+		if t.SliceChips > 0 {
+			fmt.Fprintf(w, ", %d chips", t.SliceChips)
+		}
+		if t.Hosts > 0 {
+			fmt.Fprintf(w, " on %d hosts", t.Hosts)
+		}
+		if t.WorkerID != nil {
+			fmt.Fprintf(w, ", this is worker %d", *t.WorkerID)
+		}
+		fmt.Fprintln(w)
+	}
+	for _, p := range rep.Problems {
+		fmt.Fprintf(w, "host %s\n", p)
+	}
+	if len(rep.Plugins) > 0 {
+		fmt.Fprintln(w, "PJRT plugins on the search path (not loaded):")
+		for _, p := range rep.Plugins {
+			fmt.Fprintf(w, "  %-8s %s (%s)\n", p.Name, p.Path, p.Source)
+		}
+	}
+	if b := out.Backend; b != nil {
+		fmt.Fprintf(w, "\nBackend %s reports:\n", b.Selection.Chosen)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tKIND\tMEMORY\tATTRIBUTES")
+		for _, d := range b.Devices {
+			var attrs []string
+			for _, a := range d.Attributes {
+				attrs = append(attrs, fmt.Sprintf("%s=%v [%s]", a.Name, a.Value, a.Source))
+			}
+			mem := "-"
+			if d.Memory.Total > 0 {
+				mem = errs.Bytes(d.Memory.Total) + " (" + d.Memory.Source + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", d.ID, d.Kind, mem, strings.Join(attrs, " "))
+		}
+		tw.Flush()
+	}
+}
+
+func status(d device.Info) string {
+	worst := -1
+	for _, p := range d.Problems {
+		worst = max(worst, int(p.Severity))
+	}
+	switch {
+	case worst < 0:
+		return "ok"
+	case worst == int(device.SeverityError):
+		return fmt.Sprintf("unusable (%d problems)", len(d.Problems))
+	default:
+		return fmt.Sprintf("ok with %d warnings", len(d.Problems))
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
