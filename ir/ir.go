@@ -79,6 +79,9 @@ func TensorFromBytes(dt DType, dims []int, raw []byte) (t *Tensor, err error) {
 		return nil, fmt.Errorf("ir: %s%v tensor needs %d bytes, got %d", dt, dims, want, len(raw))
 	}
 	t = tensors.FromShape(s)
+	if len(raw) == 0 {
+		return t, nil // GoMLX's MutableBytes panics on zero-size tensors
+	}
 	if err := t.MutableBytes(func(data []byte) { copy(data, raw) }); err != nil {
 		return nil, err
 	}
@@ -97,6 +100,9 @@ func TensorBytes(t *Tensor) (raw []byte, err error) {
 			raw, err = nil, fmt.Errorf("ir: reading tensor bytes: %v", r)
 		}
 	}()
+	if t.Shape().Size() == 0 {
+		return []byte{}, nil
+	}
 	err = t.ConstBytes(func(data []byte) { raw = append([]byte(nil), data...) })
 	return raw, err
 }

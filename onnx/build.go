@@ -1,0 +1,528 @@
+package onnx
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/tensorbridge/tensorbridge/errs"
+	"github.com/tensorbridge/tensorbridge/ir"
+	"github.com/tensorbridge/tensorbridge/onnx/onnxpb"
+)
+
+// Param is one graph parameter a Plan expects: a user input with its
+// concrete shape, in the dtype the graph computes it in (Float16 inputs are
+// Float32 parameters).
+type Param struct {
+	Name  string
+	Shape ir.Shape
+}
+
+// Plan is a model specialised to concrete input shapes (and to the values
+// of its value inputs, if any): everything needed to build a static graph.
+type Plan struct {
+	m      *Model
+	dims   map[string]int        // resolved symbolic dimensions
+	shapes map[string][]int      // every user input's concrete dims
+	values map[string]*ir.Tensor // value inputs
+	params []Param
+}
+
+// Specialize fixes the model's input shapes. shapes gives the concrete
+// dimensions of inputs whose declared shape is not fully static (it may
+// also repeat static ones, which are then checked); values gives the
+// values of the model's value inputs (see ValueInputs), and may also give
+// values for other inputs, which are then folded into the graph as
+// constants. Every symbolic dimension must get one value across all
+// inputs; errors name the input and dimension.
+func (m *Model) Specialize(shapes map[string][]int, values map[string]*ir.Tensor) (*Plan, error) {
+	p := &Plan{m: m, dims: map[string]int{}, shapes: map[string][]int{}, values: map[string]*ir.Tensor{}}
+	known := map[string]bool{}
+	for _, in := range m.inputs {
+		known[in.Name] = true
+	}
+	for name := range shapes {
+		if !known[name] {
+			return nil, &errs.InputError{Name: name, Problem: "name", Expected: "one of " + inputNames(m.inputs), Got: "unknown input " + quote(name)}
+		}
+	}
+	for name := range values {
+		if !known[name] {
+			return nil, &errs.InputError{Name: name, Problem: "name", Expected: "one of " + inputNames(m.inputs), Got: "unknown input " + quote(name)}
+		}
+	}
+	for _, in := range m.inputs {
+		dims, given := shapes[in.Name]
+		if v, ok := values[in.Name]; ok && v != nil {
+			vd := v.Shape().Dimensions
+			if given && !equalInts(vd, dims) {
+				return nil, &errs.InputError{Name: in.Name, Problem: "shape", Expected: fmt.Sprint(dims), Got: fmt.Sprintf("a value of shape %v", vd)}
+			}
+			if want := graphDType(in.DType); v.DType() != in.DType && v.DType() != want {
+				return nil, &errs.InputError{Name: in.Name, Problem: "dtype", Expected: in.DType.String(), Got: v.DType().String()}
+			}
+			dims, given = vd, true
+			p.values[in.Name] = v
+		}
+		if !given {
+			if !in.IsStatic() {
+				return nil, &DimError{Param: firstSymbolic(in), Input: in.Name, Axis: firstSymbolicAxis(in),
+					Reason: "no shape given for an input with symbolic dimensions " + in.String()}
+			}
+			dims = make([]int, len(in.Dims))
+			for k, d := range in.Dims {
+				dims[k] = d.Value
+			}
+		}
+		if in.RankKnown {
+			if len(dims) != len(in.Dims) {
+				return nil, &errs.InputError{Name: in.Name, Problem: "shape", Expected: in.String(), Got: fmt.Sprint(dims)}
+			}
+			for k, d := range in.Dims {
+				if dims[k] < 0 {
+					return nil, &errs.InputError{Name: in.Name, Problem: "shape", Expected: "non-negative dimensions", Got: fmt.Sprint(dims)}
+				}
+				switch {
+				case d.Value >= 0 && d.Value != dims[k]:
+					return nil, &errs.InputError{Name: in.Name, Problem: "shape", Expected: in.String(), Got: fmt.Sprint(dims)}
+				case d.Value < 0 && d.Param != "":
+					if prev, ok := p.dims[d.Param]; ok && prev != dims[k] {
+						return nil, &DimError{Param: d.Param, Input: in.Name, Axis: k,
+							Reason: fmt.Sprintf("given %d here but %d by an earlier input", dims[k], prev)}
+					}
+					p.dims[d.Param] = dims[k]
+				}
+			}
+		}
+		p.shapes[in.Name] = append([]int{}, dims...)
+		if _, isValue := p.values[in.Name]; !isValue {
+			p.params = append(p.params, Param{Name: in.Name, Shape: ir.MakeShape(graphDType(in.DType), dims...)})
+		}
+	}
+	for _, name := range m.valueInputs {
+		if _, ok := p.values[name]; !ok {
+			return nil, &errs.InputError{Name: name, Problem: "value", Expected: "its value at specialisation time (it determines shapes in the graph)", Got: "only a shape"}
+		}
+	}
+	return p, nil
+}
+
+func quote(s string) string { return fmt.Sprintf("%q", s) }
+
+func inputNames(specs []ValueSpec) string {
+	names := make([]string, len(specs))
+	for k, s := range specs {
+		names[k] = quote(s.Name)
+	}
+	if len(names) == 0 {
+		return "(none: the model has no inputs)"
+	}
+	return strings.Join(names, ", ")
+}
+
+func firstSymbolic(s ValueSpec) string {
+	for _, d := range s.Dims {
+		if d.Value < 0 {
+			return d.Param
+		}
+	}
+	return ""
+}
+
+func firstSymbolicAxis(s ValueSpec) int {
+	for k, d := range s.Dims {
+		if d.Value < 0 {
+			return k
+		}
+	}
+	return -1
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if a[k] != b[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// Params returns the graph parameters the plan expects, in the model's input
+// order, excluding value inputs (which are folded into the graph).
+func (p *Plan) Params() []Param { return append([]Param(nil), p.params...) }
+
+// Dims returns the value each symbolic dimension name was given.
+func (p *Plan) Dims() map[string]int {
+	out := make(map[string]int, len(p.dims))
+	for k, v := range p.dims {
+		out[k] = v
+	}
+	return out
+}
+
+// Model returns the model the plan specialises.
+func (p *Plan) Model() *Model { return p.m }
+
+// Build adds the model's computation to g, reading each parameter from
+// inputs (keyed by input name, shaped as Params says) and returning the
+// model's outputs keyed by output name. Float16 values are Float32 nodes
+// (convert host tensors with ToGraphDType and ToModelDType). Failures,
+// GoMLX panics included, come back as errors naming the node.
+//
+// Some parameters may end up unused (an input only read for its shape).
+// The pure-Go backend of GoMLX v0.26.0 fails with an index-out-of-range
+// panic when executing a graph with a parameter no output depends on; Run
+// works around it by returning such parameters as extra outputs, and other
+// callers must do the same or not declare them.
+func (p *Plan) Build(g *ir.Graph, inputs map[string]*ir.Node) (outs map[string]*ir.Node, err error) {
+	if g == nil {
+		return nil, errors.New("onnx: Build needs a graph")
+	}
+	b := &builder{m: p.m, g: g, vals: map[string]*value{}}
+	for _, prm := range p.params {
+		n, ok := inputs[prm.Name]
+		if !ok || n == nil {
+			return nil, &errs.InputError{Name: prm.Name, Problem: "name", Expected: "a node for every parameter", Got: "no node for " + quote(prm.Name)}
+		}
+		if !n.Shape().Equal(prm.Shape) {
+			return nil, &errs.InputError{Name: prm.Name, Problem: "shape", Expected: prm.Shape.String(), Got: n.Shape().String()}
+		}
+		dt := prm.Shape.DType
+		for _, in := range p.m.inputs {
+			if in.Name == prm.Name {
+				dt = in.DType
+			}
+		}
+		b.vals[prm.Name] = &value{name: prm.Name, dt: dt, node: n}
+	}
+	for name := range inputs {
+		if _, ok := b.vals[name]; !ok {
+			if _, isValue := p.values[name]; !isValue {
+				return nil, &errs.InputError{Name: name, Problem: "name", Expected: "one of " + inputNames(p.m.inputs), Got: "unknown input " + quote(name)}
+			}
+		}
+	}
+	for name, t := range p.values {
+		dt := t.DType()
+		for _, in := range p.m.inputs {
+			if in.Name == name {
+				dt = in.DType
+			}
+		}
+		b.vals[name] = &value{name: name, dt: dt, host: hostFromIR(t, dt)}
+	}
+	for name, t := range p.m.inits {
+		b.vals[name] = &value{name: name, dt: p.m.initDT[name], host: hostFromIR(t, p.m.initDT[name])}
+	}
+	if err := b.convertNodes(p.m.nodes, p.m.defs, p.m.attrs); err != nil {
+		return nil, err
+	}
+	outs = map[string]*ir.Node{}
+	for _, o := range p.m.outputs {
+		v := b.vals[o.Name]
+		if v == nil {
+			return nil, &ModelError{Reason: fmt.Sprintf("output %q was not computed", o.Name)}
+		}
+		n, err := b.safeNodeOf(v)
+		if err != nil {
+			return nil, fmt.Errorf("output %q: %w", o.Name, err)
+		}
+		outs[o.Name] = n
+	}
+	return outs, nil
+}
+
+// BuildGraph specialises the model to the shapes of the given nodes and
+// builds it on g (see Plan.Build). Models with value inputs need Specialize
+// with their values instead.
+func (m *Model) BuildGraph(g *ir.Graph, inputs map[string]*ir.Node) (map[string]*ir.Node, error) {
+	shapes := map[string][]int{}
+	for name, n := range inputs {
+		if n == nil {
+			return nil, &errs.InputError{Name: name, Problem: "value", Expected: "a graph node", Got: "nil"}
+		}
+		shapes[name] = n.Shape().Dimensions
+	}
+	for _, in := range m.inputs {
+		n, ok := inputs[in.Name]
+		if !ok {
+			continue
+		}
+		if want := graphDType(in.DType); n.DType() != want {
+			return nil, &errs.InputError{Name: in.Name, Problem: "dtype", Expected: want.String(), Got: n.DType().String()}
+		}
+	}
+	p, err := m.Specialize(shapes, nil)
+	if err != nil {
+		return nil, err
+	}
+	return p.Build(g, inputs)
+}
+
+// builder holds the state of one graph construction.
+type builder struct {
+	m      *Model
+	g      *graph.Graph
+	vals   map[string]*value
+	parent *builder // enclosing graph's builder, for subgraphs
+}
+
+// buildSubgraph converts a graph attribute (an If branch...) in a child
+// builder that sees this builder's values, with the given values bound to
+// the subgraph's formal inputs, and returns its outputs.
+func (b *builder) buildSubgraph(g *onnxpb.Graph, inputs []*value) ([]*value, error) {
+	sg := b.m.subs[g]
+	if sg == nil {
+		return nil, fmt.Errorf("subgraph %q was not prepared", g.Name)
+	}
+	child := &builder{m: b.m, g: b.g, vals: map[string]*value{}, parent: b}
+	for name, t := range sg.inits {
+		child.vals[name] = &value{name: name, dt: sg.initDT[name], host: hostFromIR(t, sg.initDT[name])}
+	}
+	if len(inputs) != len(g.Input) {
+		return nil, fmt.Errorf("subgraph %q takes %d inputs, got %d", g.Name, len(g.Input), len(inputs))
+	}
+	for k, in := range g.Input {
+		v := *inputs[k]
+		v.name = in.Name
+		child.vals[in.Name] = &v
+	}
+	if err := child.convertNodes(sg.nodes, sg.defs, sg.attrs); err != nil {
+		return nil, err
+	}
+	outs := make([]*value, len(g.Output))
+	for k, o := range g.Output {
+		v := child.lookup(o.Name)
+		if v == nil {
+			return nil, fmt.Errorf("subgraph %q output %q is not computed", g.Name, o.Name)
+		}
+		outs[k] = v
+	}
+	return outs, nil
+}
+
+// nodeOf returns v as a graph node, materialising a host value as a
+// constant once.
+func (b *builder) nodeOf(v *value) *graph.Node {
+	if v.node != nil {
+		return v.node
+	}
+	if v.host == nil {
+		panic(fmt.Errorf("value %q is a sequence, not a tensor", v.name))
+	}
+	t, err := v.host.toIR()
+	if err != nil {
+		panic(fmt.Errorf("value %q: %w", v.name, err))
+	}
+	v.node = graph.ConstTensor(b.g, t)
+	return v.node
+}
+
+func (b *builder) safeNodeOf(v *value) (n *graph.Node, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = panicError(r)
+		}
+	}()
+	return b.nodeOf(v), nil
+}
+
+// panicError turns a recovered panic value into an error.
+// A runtime error (a bug in a converter: index out of range, nil
+// dereference) gets the innermost importer source position appended.
+func panicError(r any) error {
+	if re, ok := r.(runtime.Error); ok {
+		return fmt.Errorf("%w (at %s)", re, panicSite())
+	}
+	if e, ok := r.(error); ok {
+		return e
+	}
+	return fmt.Errorf("%v", r)
+}
+
+// panicSite returns file:line of the innermost frame of this package's
+// converters on the current (panicking) stack.
+func panicSite() string {
+	pcs := make([]uintptr, 64)
+	n := runtime.Callers(3, pcs)
+	frames := runtime.CallersFrames(pcs[:n])
+	for {
+		f, more := frames.Next()
+		if strings.Contains(f.Function, "tensorbridge/onnx.") && !strings.Contains(f.Function, "panicError") &&
+			!strings.HasSuffix(f.File, "/build.go") {
+			return fmt.Sprintf("%s:%d", filepath.Base(f.File), f.Line)
+		}
+		if !more {
+			return "unknown"
+		}
+	}
+}
+
+// lookup finds a value by name in this builder or an enclosing one (a
+// subgraph reads its parents' values).
+func (b *builder) lookup(name string) *value {
+	for s := b; s != nil; s = s.parent {
+		if v := s.vals[name]; v != nil {
+			return v
+		}
+	}
+	return nil
+}
+
+func (b *builder) convertNodes(nodes []*onnxpb.Node, defs []*opDef, attrs []map[string]*onnxpb.Attribute) error {
+	for k, n := range nodes {
+		c := &opCtx{
+			b: b, node: n, def: defs[k], name: nodeName(n), opset: b.m.opset, g: b.g,
+			attrs: attrs[k],
+		}
+		c.inputs = make([]*value, len(n.Input))
+		for i, name := range n.Input {
+			if name == "" {
+				continue
+			}
+			v := b.lookup(name)
+			if v == nil {
+				return &ModelError{Reason: fmt.Sprintf("node %q (%s) reads undefined value %q", c.name, n.OpType, name)}
+			}
+			c.inputs[i] = v
+		}
+		c.outs = make([]*value, len(n.Output))
+		for i, name := range n.Output {
+			if name != "" {
+				c.outs[i] = &value{name: name}
+			}
+		}
+		if err := b.convertNode(c); err != nil {
+			return err
+		}
+		for i, o := range c.outs {
+			if o == nil {
+				continue
+			}
+			if o.host == nil && o.node == nil && o.seq == nil {
+				return &NodeError{Node: c.name, Op: n.OpType, Err: fmt.Errorf("converter did not produce output %d (%q)", i, o.name)}
+			}
+			b.vals[o.name] = o
+		}
+	}
+	return nil
+}
+
+// convertNode picks how to compute a node: on the host when every input
+// is known and the op has a host evaluator; by folding a small graph when
+// every input is known, a consumer needs the result at build time and
+// only a graph converter exists; in the graph otherwise.
+func (b *builder) convertNode(c *opCtx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = panicError(r)
+		}
+		if err != nil {
+			var nc *NotConstantError
+			var ne *NodeError
+			if !errors.As(err, &nc) && !errors.As(err, &ne) {
+				err = &NodeError{Node: c.name, Op: c.node.OpType, Err: err}
+			}
+		}
+	}()
+	allHost := true
+	for _, in := range c.inputs {
+		if in != nil && in.host == nil {
+			allHost = false
+		}
+	}
+	if allHost && len(c.inputs) == 0 && c.def.host == nil {
+		allHost = false // a generator with no inputs and only a graph converter
+	}
+	needed := false
+	for _, o := range c.outs {
+		if o != nil && b.m.needConst[o.name] {
+			needed = true
+		}
+	}
+	if allHost && c.def.host != nil {
+		if err := c.def.host(c); !errors.Is(err, errNoHost) {
+			return err
+		}
+	}
+	switch {
+	case allHost && needed && c.def.conv != nil:
+		return b.fold(c)
+	case c.def.conv != nil:
+		return c.def.conv(c)
+	}
+	for k, in := range c.inputs {
+		if in != nil && in.host == nil {
+			return &NotConstantError{Node: c.name, Op: c.node.OpType, Input: k, Name: in.name}
+		}
+	}
+	return fmt.Errorf("op has no converter for these inputs")
+}
+
+// fold computes a node whose inputs are all known by building and running
+// it as a separate small graph on the same engine, and records its outputs
+// as host values.
+func (b *builder) fold(c *opCtx) error {
+	fg := graph.NewGraph(b.g.Backend(), "onnx_fold_"+c.node.OpType)
+	defer fg.Finalize()
+	fb := &builder{m: b.m, g: fg, vals: map[string]*value{}}
+	fc := *c
+	fc.b, fc.g = fb, fg
+	fc.inputs = make([]*value, len(c.inputs))
+	for k, in := range c.inputs {
+		if in != nil {
+			fc.inputs[k] = &value{name: in.name, dt: in.dt, host: in.host}
+		}
+	}
+	fc.outs = make([]*value, len(c.outs))
+	for k, o := range c.outs {
+		if o != nil {
+			fc.outs[k] = &value{name: o.name}
+		}
+	}
+	if err := c.def.conv(&fc); err != nil {
+		return err
+	}
+	var nodes []*graph.Node
+	var idx []int
+	for k, o := range fc.outs {
+		if o == nil {
+			continue
+		}
+		if o.host != nil {
+			c.outs[k].host, c.outs[k].dt = o.host, o.dt
+			continue
+		}
+		if o.node == nil {
+			return fmt.Errorf("converter did not produce output %d", k)
+		}
+		nodes = append(nodes, o.node)
+		idx = append(idx, k)
+	}
+	if len(nodes) == 0 {
+		return nil
+	}
+	res, err := compileAndRun(fg, nodes, nil)
+	if err != nil {
+		return err
+	}
+	for j, t := range res {
+		k := idx[j]
+		o := fc.outs[k]
+		h := hostFromIR(t, graphDType(o.dt))
+		if err := h.decode(); err != nil {
+			return err
+		}
+		h.src = nil
+		h.dt = o.dt
+		h.normalize()
+		c.outs[k].host, c.outs[k].dt = h, o.dt
+	}
+	return nil
+}

@@ -1,0 +1,180 @@
+package onnx
+
+import (
+	"github.com/gomlx/gomlx/pkg/core/graph"
+)
+
+// Linear algebra and scans: MatMul, Gemm, CumSum.
+
+func init() {
+	register("MatMul", 1, convMatMul)
+	register("Gemm", 7, convGemm)
+	register("CumSum", 11, convCumSum).needs(1)
+}
+
+// matMul is numpy matmul: 1-D operands are promoted to matrices (and the
+// added axis removed), leading batch axes broadcast.
+func matMul(a, b *graph.Node) *graph.Node {
+	ar, br := a.Rank(), b.Rank()
+	if ar == 0 || br == 0 {
+		panic(errorf("MatMul of a scalar (%s, %s)", a.Shape(), b.Shape()))
+	}
+	if ar == 1 {
+		a = graph.Reshape(a, 1, a.Shape().Dimensions[0])
+	}
+	if br == 1 {
+		b = graph.Reshape(b, b.Shape().Dimensions[0], 1)
+	}
+	ad, bd := a.Shape().Dimensions, b.Shape().Dimensions
+	batch, err := broadcastDims(ad[:len(ad)-2], bd[:len(bd)-2])
+	if err != nil {
+		panic(err)
+	}
+	a = broadcastNodeTo(a, append(append([]int{}, batch...), ad[len(ad)-2:]...))
+	b = broadcastNodeTo(b, append(append([]int{}, batch...), bd[len(bd)-2:]...))
+	nb := len(batch)
+	batchAxes := make([]int, nb)
+	for k := range batchAxes {
+		batchAxes[k] = k
+	}
+	y := graph.DotGeneral(a, []int{nb + 1}, batchAxes, b, []int{nb}, batchAxes)
+	outDims := append([]int{}, batch...)
+	if ar > 1 {
+		outDims = append(outDims, ad[len(ad)-2])
+	}
+	if br > 1 {
+		outDims = append(outDims, bd[len(bd)-1])
+	}
+	return graph.Reshape(y, outDims...)
+}
+
+func convMatMul(c *opCtx) error {
+	c.set(0, matMul(c.in(0), c.in(1)))
+	return nil
+}
+
+// convGemm is alpha·A'·B' + beta·C with optional transposes.
+func convGemm(c *opCtx) error {
+	a, b := c.in(0), c.in(1)
+	if a.Rank() != 2 || b.Rank() != 2 {
+		c.fail("A and B must be matrices, got %s and %s", a.Shape(), b.Shape())
+	}
+	if c.attrInt("transA", 0) != 0 {
+		a = graph.TransposeAllAxes(a, 1, 0)
+	}
+	if c.attrInt("transB", 0) != 0 {
+		b = graph.TransposeAllAxes(b, 1, 0)
+	}
+	y := graph.DotGeneral(a, []int{1}, nil, b, []int{0}, nil)
+	if alpha := c.attrFloat("alpha", 1); alpha != 1 {
+		y = graph.Mul(y, scalarLikeB(y, alpha))
+	}
+	if c.has(2) {
+		cc := c.in(2)
+		if beta := c.attrFloat("beta", 1); beta != 1 {
+			cc = graph.Mul(cc, scalarLikeB(cc, beta))
+		}
+		y = graph.Add(y, broadcastNodeTo(cc, y.Shape().Dimensions))
+	}
+	c.set(0, y)
+	return nil
+}
+
+// convCumSum supports the exclusive and reverse attributes by reversing
+// (with a gather) and subtracting the input.
+func convCumSum(c *opCtx) error {
+	x := c.in(0)
+	ax := c.constInts(1)
+	if len(ax) != 1 {
+		c.fail("axis must have one element")
+	}
+	axis := c.normAxis(ax[0], x.Rank())
+	rev := c.attrInt("reverse", 0) != 0
+	if rev {
+		x = reverseAxis(x, axis)
+	}
+	y := graph.CumSum(x, axis)
+	if c.attrInt("exclusive", 0) != 0 {
+		y = graph.Sub(y, x)
+	}
+	if rev {
+		y = reverseAxis(y, axis)
+	}
+	c.set(0, y)
+	return nil
+}
+
+func init() {
+	register("Det", 11, convDet)
+}
+
+// convDet computes determinants of the trailing square matrices with the
+// Leibniz formula (a sum over permutations), exact in structure and
+// adequate for the small matrices it is limited to (up to 5x5).
+func convDet(c *opCtx) error {
+	x := c.in(0)
+	d := x.Shape().Dimensions
+	r := len(d)
+	if r < 2 || d[r-1] != d[r-2] {
+		c.fail("expects [..., M, M], got %v", d)
+	}
+	m := d[r-1]
+	if m > 5 {
+		c.fail("determinants of %dx%d matrices are not supported (at most 5x5)", m, m)
+	}
+	batch := d[:r-2]
+	elem := make([][]*graph.Node, m)
+	for i := range m {
+		elem[i] = make([]*graph.Node, m)
+		row := sliceAxis(x, r-2, i, i+1, 1)
+		for j := range m {
+			elem[i][j] = graph.Reshape(sliceAxis(row, r-1, j, j+1, 1), batch...)
+		}
+	}
+	var sum *graph.Node
+	permute(m, func(p []int, sign int) {
+		term := elem[0][p[0]]
+		for i := 1; i < m; i++ {
+			term = graph.Mul(term, elem[i][p[i]])
+		}
+		if sign < 0 {
+			term = graph.Neg(term)
+		}
+		if sum == nil {
+			sum = term
+		} else {
+			sum = graph.Add(sum, term)
+		}
+	})
+	c.set(0, sum)
+	return nil
+}
+
+// permute calls fn with every permutation of 0..n-1 and its sign.
+func permute(n int, fn func(p []int, sign int)) {
+	p := make([]int, n)
+	used := make([]bool, n)
+	var rec func(k int)
+	rec = func(k int) {
+		if k == n {
+			inv := 0
+			for a := range n {
+				for b := a + 1; b < n; b++ {
+					if p[a] > p[b] {
+						inv++
+					}
+				}
+			}
+			fn(p, 1-2*(inv%2))
+			return
+		}
+		for v := range n {
+			if !used[v] {
+				used[v], p[k] = true, v
+				rec(k + 1)
+				used[v] = false
+			}
+		}
+	}
+	rec(0)
+}

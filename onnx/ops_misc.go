@@ -1,0 +1,388 @@
+package onnx
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/tensorbridge/tensorbridge/ir"
+	"github.com/tensorbridge/tensorbridge/onnx/onnxpb"
+)
+
+// Constants, casts, generators and inference-time no-ops: Constant, Cast,
+// CastLike, ConstantOfShape, Range, Dropout, EyeLike, OneHot, Trilu.
+
+func init() {
+	register("Constant", 1, convConstant).withHost(convConstant)
+	register("Cast", 6, convCast).withHost(hostCast)
+	register("CastLike", 15, convCastLike).withHost(hostCastLike)
+	register("ConstantOfShape", 9, convConstantOfShape).withHost(convConstantOfShape).needs(0)
+	register("Range", 11, nil).withHost(hostRange).needsAll()
+	register("Dropout", 1, convDropout).withHost(convDropout)
+	register("Dropout", 12, convDropout).withHost(convDropout).needs(1, 2)
+	register("EyeLike", 9, convEyeLike).onlyShapes()
+	register("OneHot", 9, convOneHot).needs(1)
+	register("Trilu", 14, convTrilu).needs(1)
+}
+
+func convConstant(c *opCtx) error {
+	switch {
+	case c.hasAttr("value"):
+		c.setHost(0, c.attrTensor("value"))
+	case c.hasAttr("value_float"):
+		c.setHost(0, newHostFloats(ir.Float32, []int{}, []float64{c.attrFloat("value_float", 0)}))
+	case c.hasAttr("value_floats"):
+		f := c.attrFloats("value_floats", nil)
+		c.setHost(0, newHostFloats(ir.Float32, []int{len(f)}, f))
+	case c.hasAttr("value_int"):
+		c.setHost(0, hostInt64s([]int64{c.attrInt("value_int", 0)}, []int{}...))
+	case c.hasAttr("value_ints"):
+		c.setHost(0, hostInt64s(append([]int64{}, c.attrInts("value_ints", nil)...)))
+	case c.hasAttr("sparse_value"):
+		return &UnsupportedDTypeError{Name: "sparse tensor", Where: "Constant sparse_value"}
+	default:
+		return &UnsupportedDTypeError{Name: "STRING", Where: "Constant string value"}
+	}
+	return nil
+}
+
+// castTarget reads Cast's "to" attribute.
+func castTarget(c *opCtx) ir.DType {
+	to := onnxpb.DataType(c.attrInt("to", 0))
+	dt, err := dtypeFromONNX(to)
+	if err != nil {
+		panic(withWhere(err, "Cast to"))
+	}
+	return dt
+}
+
+// castNode converts x (logical dtype from) to logical dtype to in the graph.
+func castNode(x *graph.Node, to ir.DType) *graph.Node {
+	gdt := graphDType(to)
+	if x.DType() == gdt {
+		return x
+	}
+	if gdt == ir.Bool {
+		return graph.NotEqual(x, scalarLikeB(x, 0))
+	}
+	if x.DType() == ir.Bool {
+		return graph.Where(x, filled(x.Graph(), gdt, x.Shape().Dimensions, 1), filled(x.Graph(), gdt, x.Shape().Dimensions, 0))
+	}
+	return graph.ConvertDType(x, gdt)
+}
+
+func convCast(c *opCtx) error {
+	to := castTarget(c)
+	c.setDT(0, castNode(c.in(0), to), to)
+	return nil
+}
+
+func hostCast(c *opCtx) error {
+	h, err := c.hostIn(0).castTo(castTarget(c))
+	if err != nil {
+		return err
+	}
+	c.setHost(0, h)
+	return nil
+}
+
+func convCastLike(c *opCtx) error {
+	to := c.dtype(1)
+	c.setDT(0, castNode(c.in(0), to), to)
+	return nil
+}
+
+func hostCastLike(c *opCtx) error {
+	h, err := c.hostIn(0).castTo(c.dtype(1))
+	if err != nil {
+		return err
+	}
+	c.setHost(0, h)
+	return nil
+}
+
+// convConstantOfShape produces the filled tensor on the host when a
+// consumer needs its value or it is small, and as a broadcast scalar in the
+// graph otherwise.
+func convConstantOfShape(c *opCtx) error {
+	shape := c.constInts(0)
+	for _, d := range shape {
+		if d < 0 {
+			c.fail("negative dimension in shape %v", shape)
+		}
+	}
+	dims := toInts(shape)
+	if err := checkHostSize(dims); err != nil && (c.outputNeeded(0) || c.g == nil) {
+		return err
+	}
+	val := c.attrTensor("value")
+	if val == nil {
+		val = newHostFloats(ir.Float32, []int{}, []float64{0})
+	}
+	if val.size() != 1 {
+		c.fail("value must have one element, got shape %v", val.dims)
+	}
+	if err := val.decode(); err != nil {
+		return err
+	}
+	n := numElems(dims)
+	if n <= 1<<16 || c.outputNeeded(0) || c.g == nil {
+		if err := checkHostSize(dims); err != nil {
+			return err
+		}
+		h, err := (&hostTensor{dt: val.dt, dims: []int{1}, f: val.f, i: val.i}).gatherFlat(dims, make([]int, n))
+		if err != nil {
+			return err
+		}
+		c.setHost(0, h)
+		return nil
+	}
+	scalar, err := val.reshaped([]int{})
+	if err != nil {
+		return err
+	}
+	node := constNode(c.g, scalar)
+	c.setDT(0, graph.BroadcastToDims(node, dims...), val.dt)
+	return nil
+}
+
+// outputNeeded says whether output k's value is needed at build time.
+func (c *opCtx) outputNeeded(k int) bool {
+	return c.wantsOutput(k) && c.b.m.needConst[c.outs[k].name]
+}
+
+func hostRange(c *opCtx) error {
+	start, limit, delta := c.hostIn(0), c.hostIn(1), c.hostIn(2)
+	dt := start.dt
+	if isFloatDT(dt) {
+		s, err := start.scalarFloat()
+		if err != nil {
+			return err
+		}
+		l, err := limit.scalarFloat()
+		if err != nil {
+			return err
+		}
+		d, err := delta.scalarFloat()
+		if err != nil {
+			return err
+		}
+		if d == 0 {
+			return fmt.Errorf("delta is 0")
+		}
+		n := int(max(math.Ceil((l-s)/d), 0))
+		if n > maxHostElems {
+			return fmt.Errorf("range of %d elements is too large", n)
+		}
+		out := make([]float64, n)
+		for k := range out {
+			out[k] = s + float64(k)*d
+		}
+		c.setHost(0, newHostFloats(dt, []int{n}, out))
+		return nil
+	}
+	s, err := start.scalarInt()
+	if err != nil {
+		return err
+	}
+	l, err := limit.scalarInt()
+	if err != nil {
+		return err
+	}
+	d, err := delta.scalarInt()
+	if err != nil {
+		return err
+	}
+	if d == 0 {
+		return fmt.Errorf("delta is 0")
+	}
+	var n int64
+	if d > 0 && l > s {
+		n = (l - s + d - 1) / d
+	} else if d < 0 && l < s {
+		n = (s - l + (-d) - 1) / (-d)
+	}
+	if n > maxHostElems {
+		return fmt.Errorf("range of %d elements is too large", n)
+	}
+	out := make([]int64, n)
+	for k := range out {
+		out[k] = s + int64(k)*d
+	}
+	c.setHost(0, newHostInts(dt, []int{int(n)}, out))
+	return nil
+}
+
+// convDropout is the identity at inference time; the optional mask output
+// is all true.
+func convDropout(c *opCtx) error {
+	if c.opset >= 12 && c.has(2) {
+		training, err := c.hostIn(2).scalarInt()
+		if err != nil {
+			return err
+		}
+		ratio := 0.5
+		if c.has(1) {
+			if ratio, err = c.hostIn(1).scalarFloat(); err != nil {
+				return err
+			}
+		}
+		if training != 0 && ratio != 0 {
+			c.fail("training-mode Dropout (random) is not supported")
+		}
+	}
+	v := c.input(0)
+	if v.host != nil {
+		c.setHost(0, v.host)
+	} else {
+		c.setDT(0, v.node, v.dt)
+	}
+	if c.wantsOutput(1) {
+		dims := c.dims(0)
+		h := &hostTensor{dt: ir.Bool, dims: append([]int{}, dims...), i: make([]int64, numElems(dims))}
+		for k := range h.i {
+			h.i[k] = 1
+		}
+		c.setHost(1, h)
+	}
+	return nil
+}
+
+func convEyeLike(c *opCtx) error {
+	dims := c.dims(0)
+	if len(dims) != 2 {
+		c.fail("expects a rank-2 input, got %v", dims)
+	}
+	dt := c.dtype(0)
+	if c.hasAttr("dtype") {
+		var err error
+		if dt, err = dtypeFromONNX(onnxpb.DataType(c.attrInt("dtype", 0))); err != nil {
+			return err
+		}
+	}
+	k := int(c.attrInt("k", 0))
+	if err := checkHostSize(dims); err != nil {
+		return err
+	}
+	h := hostZeros(dt, dims)
+	for r := range dims[0] {
+		col := r + k
+		if col >= 0 && col < dims[1] {
+			if h.isFloat() {
+				h.f[r*dims[1]+col] = 1
+			} else {
+				h.i[r*dims[1]+col] = 1
+			}
+		}
+	}
+	c.setHost(0, h)
+	return nil
+}
+
+// convOneHot compares the indices with an iota along the new axis.
+func convOneHot(c *opCtx) error {
+	idx := c.in(0)
+	depthV := c.constFloats(1)
+	if len(depthV) != 1 {
+		c.fail("depth must have one element")
+	}
+	depth := int(depthV[0])
+	values := c.in(2)
+	r := idx.Rank() + 1
+	axis := c.normAxis(c.attrInt("axis", -1), r)
+	if !idx.DType().IsInt() {
+		idx = graph.ConvertDType(idx, ir.Int64)
+	} else if idx.DType() != ir.Int64 {
+		idx = graph.ConvertDType(idx, ir.Int64)
+	}
+	// Negative indices count from the end.
+	idx = normalizeIndices(idx, depth)
+	dims := append([]int{}, idx.Shape().Dimensions...)
+	outDims := append(append(append([]int{}, dims[:axis]...), depth), dims[axis:]...)
+	exp := append(append(append([]int{}, dims[:axis]...), 1), dims[axis:]...)
+	idxE := broadcastNodeTo(graph.Reshape(idx, exp...), outDims)
+	iota := graph.Iota(c.g, ir.MakeShape(ir.Int64, outDims...), axis)
+	on := graph.Equal(idxE, iota)
+	off := graph.BroadcastToDims(graph.Reshape(sliceAxis(graph.Reshape(values, 2), 0, 0, 1, 1)), outDims...)
+	onV := graph.BroadcastToDims(graph.Reshape(sliceAxis(graph.Reshape(values, 2), 0, 1, 2, 1)), outDims...)
+	c.set(0, graph.Where(on, onV, off))
+	return nil
+}
+
+// convTrilu keeps the lower (upper=0) or upper triangle of the last two
+// axes, offset by k.
+func convTrilu(c *opCtx) error {
+	x := c.in(0)
+	k := 0
+	if c.has(1) {
+		v := c.constInts(1)
+		if len(v) != 1 {
+			c.fail("k must have one element")
+		}
+		k = int(v[0])
+	}
+	dims := x.Shape().Dimensions
+	r := len(dims)
+	if r < 2 {
+		c.fail("expects rank >= 2, got %v", dims)
+	}
+	if numElems(dims) == 0 {
+		c.setHost(0, hostZeros(c.dtype(0), dims))
+		return nil
+	}
+	rows := graph.Iota(c.g, ir.MakeShape(ir.Int64, dims...), r-2)
+	cols := graph.Iota(c.g, ir.MakeShape(ir.Int64, dims...), r-1)
+	diff := graph.Sub(cols, rows) // j - i
+	kk := filled(c.g, ir.Int64, dims, float64(k))
+	var keep *graph.Node
+	if c.attrInt("upper", 1) != 0 {
+		keep = graph.GreaterOrEqual(diff, kk)
+	} else {
+		keep = graph.LessOrEqual(diff, kk)
+	}
+	c.set(0, graph.Where(keep, x, scalarLikeB(x, 0)))
+	return nil
+}
+
+func init() {
+	register("HannWindow", 17, nil).withHost(hostWindow([]float64{0.5, -0.5})).needsAll()
+	// Hamming coefficients 25/46 and 21/46 as the ONNX specification gives them.
+	register("HammingWindow", 17, nil).withHost(hostWindow([]float64{25.0 / 46, -21.0 / 46})).needsAll()
+	register("BlackmanWindow", 17, nil).withHost(hostWindow([]float64{0.42, -0.5, 0.08})).needsAll()
+}
+
+// hostWindow builds a generalised cosine window sum_k a_k·cos(2πkn/N'),
+// with N' = size (periodic, the default) or size-1 (symmetric).
+func hostWindow(coef []float64) converterFunc {
+	return func(c *opCtx) error {
+		size, err := c.hostIn(0).scalarInt()
+		if err != nil {
+			return err
+		}
+		if size < 0 || size > 1<<26 {
+			return fmt.Errorf("invalid window size %d", size)
+		}
+		dt := ir.Float32
+		if c.hasAttr("output_datatype") {
+			if dt, err = dtypeFromONNX(onnxpb.DataType(c.attrInt("output_datatype", 1))); err != nil {
+				return err
+			}
+		}
+		denom := float64(size)
+		if c.attrInt("periodic", 1) == 0 {
+			denom = float64(size - 1)
+		}
+		out := make([]float64, size)
+		for n := range out {
+			for k, a := range coef {
+				out[n] += a * math.Cos(2*math.Pi*float64(k)*float64(n)/denom)
+			}
+		}
+		h, err := newHostFloats(ir.Float64, []int{int(size)}, out).castTo(dt)
+		if err != nil {
+			return err
+		}
+		c.setHost(0, h)
+		return nil
+	}
+}
