@@ -27,6 +27,9 @@ type Executable struct {
 	name   string
 	inputs []ir.Shape
 	g      *ir.Graph
+	// outPos maps each output the Func returned to its position among the
+	// compiled outputs, which are deduplicated and may carry extra entries.
+	outPos []int
 	mu     sync.Mutex
 }
 
@@ -47,21 +50,22 @@ func (b *Backend) Compile(ctx context.Context, name string, fn Func, inputs ...i
 		}
 	}
 	type result struct {
-		g   *ir.Graph
-		err error
+		g      *ir.Graph
+		outPos []int
+		err    error
 	}
 	done := make(chan result, 1)
 	start := time.Now()
 	go func() {
-		g, err := b.build(name, fn, inputs)
-		done <- result{g, err}
+		g, outPos, err := b.build(name, fn, inputs)
+		done <- result{g, outPos, err}
 	}()
 	select {
 	case r := <-done:
 		if r.err != nil {
 			return nil, r.err
 		}
-		return &Executable{b: b, name: name, inputs: inputs, g: r.g}, nil
+		return &Executable{b: b, name: name, inputs: inputs, g: r.g, outPos: r.outPos}, nil
 	case <-ctx.Done():
 		go func() { // release whatever the abandoned compile produces
 			if r := <-done; r.g != nil {
@@ -75,7 +79,7 @@ func (b *Backend) Compile(ctx context.Context, name string, fn Func, inputs ...i
 	}
 }
 
-func (b *Backend) build(name string, fn Func, inputs []ir.Shape) (g *ir.Graph, err error) {
+func (b *Backend) build(name string, fn Func, inputs []ir.Shape) (g *ir.Graph, outPos []int, err error) {
 	g = ir.NewGraph(b.drv.Engine(), name)
 	defer func() {
 		if err != nil && g != nil {
@@ -90,27 +94,63 @@ func (b *Backend) build(name string, fn Func, inputs []ir.Shape) (g *ir.Graph, e
 	}
 	outs, err := fn(g, params)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(outs) == 0 {
-		return nil, &errs.Error{Kind: errs.InvalidArgument, Backend: b.Name(), Op: "compile",
+		return nil, nil, &errs.Error{Kind: errs.InvalidArgument, Backend: b.Name(), Op: "compile",
 			Err: fmt.Errorf("graph %q returned no outputs", name)}
 	}
 	for i, o := range outs {
 		if o == nil {
-			return nil, &errs.Error{Kind: errs.InvalidArgument, Backend: b.Name(), Op: "compile",
+			return nil, nil, &errs.Error{Kind: errs.InvalidArgument, Backend: b.Name(), Op: "compile",
 				Err: fmt.Errorf("graph %q output #%d is nil", name, i)}
 		}
 	}
+	compiled, outPos := compiledOutputs(outs, params)
 	if gc, ok := b.drv.(driver.GraphChecker); ok {
-		if err := gc.CheckGraph(g, outs); err != nil {
-			return nil, err
+		if err := gc.CheckGraph(g, compiled); err != nil {
+			return nil, nil, err
 		}
 	}
-	if err := compileGraph(g, outs); err != nil {
-		return nil, &errs.CompileError{Backend: b.Name(), Program: name, Err: err}
+	if err := compileGraph(g, compiled); err != nil {
+		return nil, nil, &errs.CompileError{Backend: b.Name(), Program: name, Err: err}
 	}
-	return g, nil
+	return g, outPos, nil
+}
+
+// compiledOutputs deduplicates the outputs (a node may be returned twice)
+// and appends every parameter no output depends on: GoMLX v0.26.0's simplego
+// indexes out of range executing a graph with an unused parameter. Run
+// returns only the requested outputs, in the requested order.
+func compiledOutputs(outs, params []*ir.Node) (compiled []*ir.Node, outPos []int) {
+	index := map[*ir.Node]int{}
+	outPos = make([]int, len(outs))
+	for i, o := range outs {
+		j, ok := index[o]
+		if !ok {
+			j = len(compiled)
+			index[o] = j
+			compiled = append(compiled, o)
+		}
+		outPos[i] = j
+	}
+	seen := map[*ir.Node]bool{}
+	stack := append([]*ir.Node(nil), compiled...)
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if n == nil || seen[n] {
+			continue
+		}
+		seen[n] = true
+		stack = append(stack, n.Inputs()...)
+	}
+	for _, p := range params {
+		if !seen[p] {
+			compiled = append(compiled, p)
+		}
+	}
+	return compiled, outPos
 }
 
 func compileGraph(g *ir.Graph, outs []*ir.Node) (err error) {
@@ -165,7 +205,19 @@ func (e *Executable) Run(ctx context.Context, inputs ...*ir.Tensor) (outs []*ir.
 		return nil, &errs.Error{Kind: errs.FailedPrecondition, Backend: e.b.Name(), Op: "run", Err: ErrClosed}
 	}
 	defer recoverInto(&err, e.b.Name(), fmt.Sprintf("running %q", e.name))
-	return e.g.Run(args...), nil
+	all := e.g.Run(args...)
+	outs = make([]*ir.Tensor, len(e.outPos))
+	used := make([]bool, len(all))
+	for i, j := range e.outPos {
+		outs[i] = all[j]
+		used[j] = true
+	}
+	for j, t := range all {
+		if !used[j] {
+			t.FinalizeAll()
+		}
+	}
+	return outs, nil
 }
 
 // Close releases the compiled program. It is idempotent.

@@ -270,3 +270,29 @@ func TestClosed(t *testing.T) {
 		t.Fatalf("Compile after Close = %v, want ErrClosed", err)
 	}
 }
+
+// An unused input and a repeated output: simplego v0.26.0 would index out of
+// range on the first; both must just work.
+func TestUnusedInputAndRepeatedOutput(t *testing.T) {
+	b := openCPU(t)
+	ctx := context.Background()
+	exe, err := b.Compile(ctx, "partial", func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+		y := graph.MulScalar(in[0], 3)
+		return []*ir.Node{y, y}, nil
+	}, ir.MakeShape(ir.Float32, 2), ir.MakeShape(ir.Int32, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exe.Run(ctx, tensors.FromValue([]float32{1, 2}), tensors.FromValue([]int32{0, 0, 0, 0, 0}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 2 {
+		t.Fatalf("%d outputs, want 2", len(out))
+	}
+	for _, o := range out {
+		if v := o.Value().([]float32); v[0] != 3 || v[1] != 6 {
+			t.Fatalf("output %v, want [3 6]", v)
+		}
+	}
+}
