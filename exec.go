@@ -156,7 +156,11 @@ func compiledOutputs(outs, params []*ir.Node) (compiled []*ir.Node, outPos []int
 func compileGraph(g *ir.Graph, outs []*ir.Node) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("%v", r)
+			if e, ok := r.(error); ok {
+				err = e // keep the chain: backends panic with typed errors
+			} else {
+				err = fmt.Errorf("%v", r)
+			}
 		}
 	}()
 	g.Compile(outs...)

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	_ "github.com/tensorbridge/tensorbridge/pjrt" // registers xla-cpu, tpu, cuda, rocm
 	"io"
 	"os"
 	"os/signal"
