@@ -90,8 +90,18 @@ def tiny_resnet(widths=(8, 16, 32, 64), num_classes=10):
     return m
 
 
-def export(name, model, inputs, input_names, output_names, dynamic_axes, out_dir, opset):
+def export(name, model, inputs, input_names, output_names, dynamic_axes, out_dir, opset, extra=None):
+    """extra: a second set of inputs with other dynamic sizes, recorded as
+    NAME.b.input_K.npy / NAME.b.output_K.npy to test shape specialisation."""
     model.eval()
+    if extra is not None:
+        with torch.no_grad():
+            eo = model(*extra)
+        eo = (eo,) if isinstance(eo, torch.Tensor) else eo
+        for i, t in enumerate(extra):
+            np.save(os.path.join(out_dir, "%s.b.input_%d.npy" % (name, i)), t.numpy())
+        for i, t in enumerate(eo):
+            np.save(os.path.join(out_dir, "%s.b.output_%d.npy" % (name, i)), t.numpy())
     with torch.no_grad():
         outs = model(*inputs)
     if isinstance(outs, torch.Tensor):
@@ -118,16 +128,19 @@ def main():
     img = lambda b, hw: torch.randn(b, 3, hw, hw, generator=g)
     if which == "small":
         export("mlp", MLP(), [torch.randn(2, 64, generator=g)], ["x"], ["log_probs"],
-               {"x": {0: "batch"}, "log_probs": {0: "batch"}}, out_dir, 13)
+               {"x": {0: "batch"}, "log_probs": {0: "batch"}}, out_dir, 13, extra=[torch.randn(5, 64, generator=g)])
         export("tiny_resnet", tiny_resnet(), [img(2, 32)], ["image"], ["logits"],
-               {"image": {0: "batch"}, "logits": {0: "batch"}}, out_dir, 13)
+               {"image": {0: "batch"}, "logits": {0: "batch"}}, out_dir, 13, extra=[img(3, 32)])
         export("mobilenet_v2_w025", torchvision.models.mobilenet_v2(width_mult=0.25, num_classes=10),
-               [img(2, 32)], ["image"], ["logits"], {"image": {0: "batch"}, "logits": {0: "batch"}}, out_dir, 13)
+               [img(2, 32)], ["image"], ["logits"], {"image": {0: "batch"}, "logits": {0: "batch"}}, out_dir, 13,
+               extra=[img(1, 32)])
         ids = torch.randint(0, 1000, (2, 16), generator=g)
         mask = torch.ones(2, 16, dtype=torch.int64); mask[1, 12:] = 0
+        ids2 = torch.randint(0, 1000, (3, 9), generator=g)
+        mask2 = torch.ones(3, 9, dtype=torch.int64); mask2[2, 5:] = 0
         export("bert_tiny", Encoder(), [ids, mask], ["input_ids", "attention_mask"], ["hidden", "pooled"],
                {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
-                "hidden": {0: "batch", 1: "sequence"}, "pooled": {0: "batch"}}, out_dir, 17)
+                "hidden": {0: "batch", 1: "sequence"}, "pooled": {0: "batch"}}, out_dir, 17, extra=[ids2, mask2])
     elif which == "bench":
         export("mlp", MLP(784, (512, 256), 10), [torch.randn(1, 784, generator=g)], ["x"], ["log_probs"],
                {"x": {0: "batch"}, "log_probs": {0: "batch"}}, out_dir, 13)

@@ -1,0 +1,243 @@
+package tensorbridge
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/tensorbridge/tensorbridge/cache"
+	"github.com/tensorbridge/tensorbridge/errs"
+	"github.com/tensorbridge/tensorbridge/ir"
+	"github.com/tensorbridge/tensorbridge/onnx"
+)
+
+// ValueSpec describes a model input or output: name, dtype, and dimensions,
+// each static or named symbolic ("batch").
+type ValueSpec = onnx.ValueSpec
+
+// Model is an ONNX model loaded onto a backend. It compiles once per
+// distinct set of input shapes (and values of shape-determining inputs) and
+// keeps the executables in a bounded LRU. It is safe for concurrent use.
+type Model struct {
+	b     *Backend
+	path  string
+	m     *onnx.Model
+	execs *cache.Memory[*modelExec]
+}
+
+// modelExec is one specialisation of a model, compiled.
+type modelExec struct {
+	exe    *Executable
+	params []onnx.Param
+}
+
+// ModelOption configures LoadModel.
+type ModelOption func(*modelOptions)
+
+type modelOptions struct {
+	maxCompiled int
+}
+
+// WithMaxCompiled bounds how many shape specialisations stay compiled at
+// once (default 16); the least recently used is released beyond it.
+func WithMaxCompiled(n int) ModelOption { return func(o *modelOptions) { o.maxCompiled = n } }
+
+// LoadModel reads an ONNX model and checks it against the importer: an
+// unsupported op anywhere in the model is reported now, for the whole model
+// at once, not at the first run.
+func (b *Backend) LoadModel(ctx context.Context, path string, opts ...ModelOption) (*Model, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	o := modelOptions{maxCompiled: 16}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.maxCompiled <= 0 {
+		return nil, &errs.Error{Kind: errs.InvalidArgument, Op: "load model",
+			Err: fmt.Errorf("max compiled specialisations must be positive, got %d", o.maxCompiled)}
+	}
+	m, err := onnx.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	execs, err := cache.NewMemory(cache.MemoryOptions[*modelExec]{
+		MaxEntries: o.maxCompiled,
+		Release:    func(_ string, e *modelExec) { _ = e.exe.Close() },
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Model{b: b, path: path, m: m, execs: execs}, nil
+}
+
+// Path returns the file the model was loaded from.
+func (m *Model) Path() string { return m.path }
+
+// Inputs returns the inputs the caller provides, in declaration order.
+func (m *Model) Inputs() []ValueSpec { return m.m.Inputs() }
+
+// Outputs returns the outputs, in declaration order.
+func (m *Model) Outputs() []ValueSpec { return m.m.Outputs() }
+
+// ONNX returns the importer's view of the model.
+func (m *Model) ONNX() *onnx.Model { return m.m }
+
+// Run executes the model on named inputs and returns its outputs by name, in
+// the dtypes the model declares. Input names, dtypes and shapes are checked
+// against the model first: a mismatch is an *InputError saying expected
+// against got.
+func (m *Model) Run(ctx context.Context, inputs map[string]*ir.Tensor) (map[string]*ir.Tensor, error) {
+	if err := m.b.check(); err != nil {
+		return nil, err
+	}
+	shapes, values, err := m.checkInputs(inputs)
+	if err != nil {
+		return nil, err
+	}
+	key := specialisationKey(shapes, values)
+	me, done, err := m.execs.GetOrCompile(ctx, key, func(ctx context.Context) (*modelExec, int64, error) {
+		return m.compile(ctx, shapes, values)
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	args := make([]*ir.Tensor, len(me.params))
+	for i, p := range me.params {
+		t, err := onnx.ToGraphDType(inputs[p.Name])
+		if err != nil {
+			return nil, &errs.InputError{Name: p.Name, Problem: "value", Expected: p.Shape.String(), Got: err.Error()}
+		}
+		args[i] = t
+	}
+	res, err := me.exe.Run(ctx, args...)
+	if err != nil {
+		return nil, err
+	}
+	outs := make(map[string]*ir.Tensor, len(res))
+	for i, spec := range m.m.Outputs() {
+		t, err := onnx.ToModelDType(res[i], spec.DType)
+		if err != nil {
+			return nil, &errs.Error{Kind: errs.Internal, Backend: m.b.Name(), Op: "run model",
+				Err: fmt.Errorf("output %q: %w", spec.Name, err)}
+		}
+		outs[spec.Name] = t
+	}
+	return outs, nil
+}
+
+// Compiled reports how many specialisations are compiled now.
+func (m *Model) Compiled() int { return m.execs.Len() }
+
+// Close releases every compiled specialisation.
+func (m *Model) Close() error {
+	m.execs.Close()
+	return nil
+}
+
+func (m *Model) checkInputs(inputs map[string]*ir.Tensor) (map[string][]int, map[string]*ir.Tensor, error) {
+	specs := m.m.Inputs()
+	byName := make(map[string]ValueSpec, len(specs))
+	var names []string
+	for _, s := range specs {
+		byName[s.Name] = s
+		names = append(names, s.Name)
+	}
+	for name := range inputs {
+		if _, ok := byName[name]; !ok {
+			return nil, nil, &errs.InputError{Name: name, Problem: "name",
+				Expected: "one of " + strings.Join(names, ", "), Got: fmt.Sprintf("unknown input %q", name)}
+		}
+	}
+	shapes := map[string][]int{}
+	for _, s := range specs {
+		t, ok := inputs[s.Name]
+		if !ok || t == nil {
+			return nil, nil, &errs.InputError{Name: s.Name, Problem: "value",
+				Expected: "a tensor " + s.String(), Got: "none"}
+		}
+		if t.DType() != s.DType {
+			return nil, nil, &errs.InputError{Name: s.Name, Problem: "dtype", Expected: s.DType.String(), Got: t.DType().String()}
+		}
+		dims := t.Shape().Dimensions
+		if s.RankKnown && len(dims) != len(s.Dims) {
+			return nil, nil, &errs.InputError{Name: s.Name, Problem: "shape", Expected: s.String(), Got: t.Shape().String()}
+		}
+		for i, d := range s.Dims {
+			if d.Param == "" && d.Value >= 0 && i < len(dims) && dims[i] != d.Value {
+				return nil, nil, &errs.InputError{Name: s.Name, Problem: "shape",
+					Expected: fmt.Sprintf("%s (dimension %d is %d)", s, i, d.Value), Got: t.Shape().String()}
+			}
+		}
+		shapes[s.Name] = dims
+	}
+	values := map[string]*ir.Tensor{}
+	for _, name := range m.m.ValueInputs() {
+		values[name] = inputs[name]
+	}
+	return shapes, values, nil
+}
+
+// specialisationKey identifies a compiled specialisation: every input's
+// dims and, for inputs that determine shapes, their values.
+func specialisationKey(shapes map[string][]int, values map[string]*ir.Tensor) string {
+	names := make([]string, 0, len(shapes))
+	for n := range shapes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, n := range names {
+		fmt.Fprintf(&b, "%q:%v;", n, shapes[n])
+		if v, ok := values[n]; ok {
+			raw, err := ir.TensorBytes(v)
+			if err != nil {
+				fmt.Fprintf(&b, "=%v;", v) // unreachable for host tensors; still distinct per value
+			}
+			fmt.Fprintf(&b, "=%x;", raw)
+		}
+	}
+	return b.String()
+}
+
+func (m *Model) compile(ctx context.Context, shapes map[string][]int, values map[string]*ir.Tensor) (*modelExec, int64, error) {
+	plan, err := m.m.Specialize(shapes, values)
+	if err != nil {
+		return nil, 0, err
+	}
+	params := plan.Params()
+	argShapes := make([]ir.Shape, len(params))
+	for i, p := range params {
+		argShapes[i] = p.Shape
+	}
+	outSpecs := m.m.Outputs()
+	fn := func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+		nodes := make(map[string]*ir.Node, len(params))
+		for i, p := range params {
+			nodes[p.Name] = in[i]
+		}
+		built, err := plan.Build(g, nodes)
+		if err != nil {
+			return nil, err
+		}
+		outs := make([]*ir.Node, len(outSpecs))
+		for i, o := range outSpecs {
+			n, ok := built[o.Name]
+			if !ok {
+				return nil, fmt.Errorf("onnx: output %q was not built", o.Name)
+			}
+			outs[i] = n
+		}
+		return outs, nil
+	}
+	exe, err := m.b.Compile(ctx, "onnx:"+m.path, fn, argShapes...)
+	if err != nil {
+		return nil, 0, err
+	}
+	return &modelExec{exe: exe, params: params}, 1, nil
+}
