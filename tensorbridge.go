@@ -45,6 +45,7 @@ import (
 	"github.com/tensorbridge/tensorbridge/device"
 	"github.com/tensorbridge/tensorbridge/driver"
 	"github.com/tensorbridge/tensorbridge/errs"
+	"github.com/tensorbridge/tensorbridge/ir"
 )
 
 // EnvBackend is the environment variable read when no backend is named.
@@ -324,3 +325,7 @@ func (s Selection) String() string {
 	}
 	return b.String()
 }
+
+// Engine returns the GoMLX engine the backend builds and runs graphs on, for
+// code that drives GoMLX directly (the ONNX conformance runner does).
+func (b *Backend) Engine() ir.Engine { return b.drv.Engine() }

@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/tensorbridge/tensorbridge"
+	"github.com/tensorbridge/tensorbridge/errs"
+	"github.com/tensorbridge/tensorbridge/ir"
+	"github.com/tensorbridge/tensorbridge/npy"
+	"github.com/tensorbridge/tensorbridge/onnx/onnxpb"
+)
+
+func init() {
+	register(command{name: "run", summary: "run an ONNX model on inputs from .npy or TensorProto .pb files", run: runModel})
+}
+
+// inputFlags collects repeated --input NAME=FILE flags.
+type inputFlags []string
+
+func (f *inputFlags) String() string     { return strings.Join(*f, ",") }
+func (f *inputFlags) Set(v string) error { *f = append(*f, v); return nil }
+
+func runModel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("run", stderr, "MODEL --input NAME=FILE ... [--backend B] [--output-dir DIR] [--json]")
+	var inputs inputFlags
+	fs.Var(&inputs, "input", "an input as NAME=FILE, FILE a .npy or an ONNX TensorProto .pb (repeat per input)")
+	backend := fs.String("backend", "", "backend name or auto (default: $TENSORBRIDGE_BACKEND, else auto)")
+	outDir := fs.String("output-dir", "", "write each output as NAME.npy into this directory")
+	asJSON := fs.Bool("json", false, "print the outputs' summary as JSON")
+	if err := parse(fs, reorder(args)); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageErr("want exactly one MODEL argument, got %d", fs.NArg())
+	}
+	modelPath := fs.Arg(0)
+	b, err := tensorbridge.Open(ctx, *backend)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	m, err := b.LoadModel(ctx, modelPath)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+
+	byName := map[string]tensorbridge.ValueSpec{}
+	for _, s := range m.Inputs() {
+		byName[s.Name] = s
+	}
+	in := map[string]*ir.Tensor{}
+	for _, kv := range inputs {
+		name, file, ok := strings.Cut(kv, "=")
+		if !ok || name == "" || file == "" {
+			return usageErr("--input %q: want NAME=FILE", kv)
+		}
+		if _, dup := in[name]; dup {
+			return usageErr("--input %s given twice", name)
+		}
+		spec, known := byName[name]
+		if !known {
+			return &errs.InputError{Name: name, Problem: "name", Expected: "one of " + specNames(m.Inputs()), Got: "unknown input " + quoteS(name)}
+		}
+		t, err := readTensorFile(file, spec)
+		if err != nil {
+			return fmt.Errorf("--input %s: %w", name, err)
+		}
+		in[name] = t
+	}
+	for _, s := range m.Inputs() {
+		if _, ok := in[s.Name]; !ok {
+			return usageErr("missing --input %s=FILE (the model's inputs: %s)", s.Name, describeSpecs(m.Inputs()))
+		}
+	}
+	out, err := m.Run(ctx, in)
+	if err != nil {
+		return err
+	}
+	if *outDir != "" {
+		if err := os.MkdirAll(*outDir, 0o755); err != nil {
+			return err
+		}
+	}
+	type outputSummary struct {
+		Name   string    `json:"name"`
+		DType  string    `json:"dtype"`
+		Shape  []int     `json:"shape"`
+		First  []float64 `json:"first,omitempty"`
+		File   string    `json:"file,omitempty"`
+		Finite bool      `json:"all_finite"`
+	}
+	var summaries []outputSummary
+	for _, spec := range m.Outputs() {
+		t := out[spec.Name]
+		s := outputSummary{Name: spec.Name, DType: t.DType().String(), Shape: t.Shape().Dimensions}
+		s.First, s.Finite = firstValues(t, 6)
+		if *outDir != "" {
+			s.File = filepath.Join(*outDir, safeFileName(spec.Name)+".npy")
+			a, err := npy.FromIR(t)
+			if err != nil {
+				return fmt.Errorf("output %s: %w", spec.Name, err)
+			}
+			if err := npy.WriteFile(ctx, s.File, a, &npy.WriteOptions{BFloat16AsFloat32: true}); err != nil {
+				return fmt.Errorf("output %s: %w", spec.Name, err)
+			}
+		}
+		summaries = append(summaries, s)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"backend": b.Name(), "model": modelPath, "outputs": summaries})
+	}
+	fmt.Fprintf(stdout, "%s on %s\n", modelPath, b.Name())
+	for _, s := range summaries {
+		fmt.Fprintf(stdout, "  %s: %s%v  first values %s", s.Name, s.DType, s.Shape, fmtFloats(s.First))
+		if !s.Finite {
+			fmt.Fprint(stdout, "  (contains NaN or Inf)")
+		}
+		if s.File != "" {
+			fmt.Fprintf(stdout, "  -> %s", s.File)
+		}
+		fmt.Fprintln(stdout)
+	}
+	return nil
+}
+
+// reorder moves flags after positional arguments in front of them, so
+// "run MODEL --input x=f" parses as the user meant.
+func reorder(args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if strings.HasPrefix(a, "-") && len(a) > 1 {
+			flags = append(flags, a)
+			if !strings.Contains(a, "=") && i+1 < len(args) && !isBoolFlag(a) {
+				flags = append(flags, args[i+1])
+				i++
+			}
+			continue
+		}
+		pos = append(pos, a)
+	}
+	return append(flags, pos...)
+}
+
+func isBoolFlag(a string) bool {
+	switch strings.TrimLeft(a, "-") {
+	case "json", "h", "help", "no-metadata", "v":
+		return true
+	}
+	return false
+}
+
+// readTensorFile reads a .npy file or a serialized ONNX TensorProto.
+func readTensorFile(path string, spec tensorbridge.ValueSpec) (*ir.Tensor, error) {
+	if strings.EqualFold(filepath.Ext(path), ".npy") {
+		a, err := npy.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		return a.ToIR()
+	}
+	tp, err := onnxpb.ReadTensor(path)
+	if err != nil {
+		return nil, err
+	}
+	return tp.ToIR()
+}
+
+func firstValues(t *ir.Tensor, n int) ([]float64, bool) {
+	finite := true
+	var out []float64
+	err := t.ConstFlatData(func(flat any) {
+		vals := toFloat64s(flat)
+		for i, v := range vals {
+			if v != v || v > 1e308 || v < -1e308 {
+				finite = false
+			}
+			if i < n {
+				out = append(out, v)
+			}
+		}
+	})
+	if err != nil {
+		return nil, true
+	}
+	return out, finite
+}
+
+func toFloat64s(flat any) []float64 {
+	switch f := flat.(type) {
+	case []float32:
+		return conv(f)
+	case []float64:
+		return f
+	case []int64:
+		return conv(f)
+	case []int32:
+		return conv(f)
+	case []int16:
+		return conv(f)
+	case []int8:
+		return conv(f)
+	case []uint8:
+		return conv(f)
+	case []uint16:
+		return conv(f)
+	case []uint32:
+		return conv(f)
+	case []uint64:
+		return conv(f)
+	case []bool:
+		out := make([]float64, len(f))
+		for i, v := range f {
+			if v {
+				out[i] = 1
+			}
+		}
+		return out
+	}
+	// float16/bfloat16: go through the tensor's own conversion.
+	if t, ok := flat.(interface{ Float32() float32 }); ok {
+		return []float64{float64(t.Float32())}
+	}
+	return nil
+}
+
+func conv[T int8 | int16 | int32 | int64 | uint8 | uint16 | uint32 | uint64 | float32](s []T) []float64 {
+	out := make([]float64, len(s))
+	for i, v := range s {
+		out[i] = float64(v)
+	}
+	return out
+}
+
+func fmtFloats(v []float64) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = fmt.Sprintf("%.6g", x)
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+func specNames(specs []tensorbridge.ValueSpec) string {
+	var n []string
+	for _, s := range specs {
+		n = append(n, s.Name)
+	}
+	sort.Strings(n)
+	return strings.Join(n, ", ")
+}
+
+func describeSpecs(specs []tensorbridge.ValueSpec) string {
+	var n []string
+	for _, s := range specs {
+		n = append(n, s.String())
+	}
+	return strings.Join(n, ", ")
+}
+
+func quoteS(s string) string { return fmt.Sprintf("%q", s) }
+
+// safeFileName keeps an output name usable as a file name.
+func safeFileName(name string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '/' || r == '\\' || r == 0 || r == ':' {
+			return '_'
+		}
+		return r
+	}, name)
+}
