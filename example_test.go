@@ -2,6 +2,7 @@ package tensorbridge_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
@@ -37,9 +38,16 @@ func Example() {
 	// Output: cpu [3 5 7]
 }
 
-// Asking for a backend that is not there is an error that says what is.
+// Asking for a backend that is not there is an error that says why and
+// lists what is available; errors.Is classifies it.
 func ExampleOpen_unavailable() {
-	_, err := tensorbridge.Open(context.Background(), "tpu")
-	fmt.Println(err)
-	// Output: tpu is unavailable: its driver is not built into this binary (it is provided by github.com/tensorbridge/tensorbridge/pjrt) (available: cpu)
+	_, err := tensorbridge.Open(context.Background(), "quantum")
+	fmt.Println(errors.Is(err, tensorbridge.ErrUnavailable))
+	var ue *tensorbridge.UnavailableError
+	if errors.As(err, &ue) {
+		fmt.Println(ue.Name, "-", ue.Reason)
+	}
+	// Output:
+	// true
+	// quantum - unknown backend name; known names are cpu, cuda, rocm, tpu, xla-cpu and "auto"
 }

@@ -60,7 +60,7 @@ func relL2(t *testing.T, got, want *ir.Tensor) float64 {
 // two different input shapes each, so one model compiles twice.
 func TestReferenceModelsMatchPyTorch(t *testing.T) {
 	ctx := context.Background()
-	b := openCPU(t)
+	b := openTest(t)
 	for _, rm := range referenceModels {
 		t.Run(rm.name, func(t *testing.T) {
 			m, err := b.LoadModel(ctx, filepath.Join("testdata", "models", rm.name+".onnx"))
@@ -95,7 +95,7 @@ func TestReferenceModelsMatchPyTorch(t *testing.T) {
 
 func TestModelInputErrors(t *testing.T) {
 	ctx := context.Background()
-	b := openCPU(t)
+	b := openTest(t)
 	m, err := b.LoadModel(ctx, filepath.Join("testdata", "models", "bert_tiny.onnx"))
 	if err != nil {
 		t.Fatal(err)
