@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command (README "Run the tests"; CI runs exactly this).
 # It installs what the tests need into per-user caches (idempotent, nothing
-# committed), then vets, builds without cgo, and runs every test.
+# committed), then vets, builds without cgo, and runs every test: the whole
+# suite on the embedded cpu backend, the portable API's suite again on XLA's
+# CPU compiler (pjrt backend, several host devices), and the ONNX
+# conformance runner on both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +14,7 @@ echo "== go vet"
 go vet ./...
 echo "== CGO_ENABLED=0 go build"
 CGO_ENABLED=0 go build ./...
-echo "== go test"
-# -p 2: the CI machine has 2 cores; the ONNX conformance floor test is the long pole.
-CGO_ENABLED=0 go test -p 2 -timeout 40m "$@" ./...
+echo "== go test (all packages; portable API on cpu)"
+CGO_ENABLED=0 go test -timeout 40m "$@" ./...
+echo "== go test (portable API on xla-cpu)"
+TENSORBRIDGE_TEST_BACKEND=xla-cpu CGO_ENABLED=0 go test -count=1 -timeout 20m "$@" .
