@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tensorbridge/tensorbridge/catalog"
 	"github.com/tensorbridge/tensorbridge/device"
 )
 
@@ -134,7 +135,14 @@ func amdGeneration(gfx string, cus int, vram uint64) string {
 	return ""
 }
 
-var amdNames = map[string]string{"mi250x": "AMD Instinct MI250X", "mi300x": "AMD Instinct MI300X"}
+// catalogKind is the first device_kind the catalog lists for a generation
+// (the name runtimes report), "" if it lists none.
+func catalogKind(gen string) string {
+	if a, ok := catalog.Lookup(gen); ok && len(a.DeviceKinds) > 0 {
+		return a.DeviceKinds[0].Value
+	}
+	return ""
+}
 
 // amdDevices builds one device.Info per AMD GPU on the PCI bus.
 func (d *run) amdDevices() []device.Info {
@@ -178,7 +186,7 @@ func (d *run) amdDevices() []device.Info {
 			info.SetAttr(device.Attribute{Name: "gfx_target", Value: gfx, Source: "kfd"})
 			info.SetAttr(device.Attribute{Name: "kfd_node", Value: n.id, Source: "kfd"})
 			if gen := amdGeneration(gfx, cus, info.Memory.Total); gen != "" {
-				info.Generation, info.Kind = gen, amdNames[gen]
+				info.Generation, info.Kind = gen, catalogKind(gen)
 			} else {
 				info.Kind = fmt.Sprintf("AMD GPU %s (%d CUs)", gfx, cus)
 			}

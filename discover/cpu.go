@@ -445,6 +445,42 @@ func (d *run) cgroupLimits(p *Probe) {
 	}
 }
 
+// CPU describes the host CPU as a device without the rest of discovery: it
+// runs only the cpu probe (Root/proc/cpuinfo, /proc/meminfo,
+// /proc/self/status, the cgroup memory and CPU limits, hostname and kernel
+// release), with no PCI scan, device-node checks, NVML, metadata request or
+// plugin search, so the cpu backend can describe its device cheaply when it
+// opens. The device is the "cpu:0" entry Discover would report: Cores is the
+// CPUs this process may use, and Memory.Total is the effective limit,
+// min(MemTotal, cgroup memory limit), with Memory.Source "/proc/meminfo" or
+// "cgroup" (Host.Memory.EffectiveSource names the file). Host.Cloud is left
+// empty: deciding whether this is a GCE VM needs the PCI scan.
+//
+// As with Discover, the error is non-nil only when inspection cannot start:
+// opts.Root does not exist or is not a directory, or ctx has ended. Files
+// that cannot be read become the device's Problems (code
+// "cpu-probe-failed", and "cpuinfo-unreadable" when no CPU was described).
+func CPU(ctx context.Context, opts Options) (device.Info, Host, error) {
+	if err := checkRoot(opts.Root); err != nil {
+		return device.Info{}, Host{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return device.Info{}, Host{}, fmt.Errorf("discover: %w", err)
+	}
+	d := newRun(opts)
+	d.rep = &Report{Root: opts.Root}
+	p := Probe{Name: ProbeCPU}
+	d.probeCPU(ctx, &p)
+	info := d.cpuDevice()
+	if p.Err != "" {
+		info.Problems = append(info.Problems, device.Problem{
+			Code: "cpu-probe-failed", Severity: device.SeverityWarning,
+			Message: "reading the CPU and memory description failed: " + p.Err,
+		})
+	}
+	return info, d.rep.Host, nil
+}
+
 // cpuDevice is the host CPU as a device.
 func (d *run) cpuDevice() device.Info {
 	c := d.rep.Host.CPU

@@ -182,14 +182,8 @@ func (r *Report) DevicesOf(p device.Platform) []device.Info {
 // report is still returned, remaining probes marked skipped). Everything
 // wrong with the host or a device is reported inside the Report.
 func Discover(ctx context.Context, opts Options) (*Report, error) {
-	if opts.Root != "" {
-		st, err := os.Stat(opts.Root)
-		if err != nil {
-			return nil, fmt.Errorf("discover: root %q: %w", opts.Root, err)
-		}
-		if !st.IsDir() {
-			return nil, fmt.Errorf("discover: root %q: %w", opts.Root, ErrRootNotDir)
-		}
+	if err := checkRoot(opts.Root); err != nil {
+		return nil, err
 	}
 	d := newRun(opts)
 	rep := &Report{Root: opts.Root}
@@ -232,6 +226,21 @@ func Discover(ctx context.Context, opts Options) (*Report, error) {
 // ErrRootNotDir is returned (wrapped) when Options.Root is not a directory.
 var ErrRootNotDir = errors.New("not a directory")
 
+// checkRoot fails when Options.Root is set but is not an existing directory.
+func checkRoot(root string) error {
+	if root == "" {
+		return nil
+	}
+	st, err := os.Stat(root)
+	if err != nil {
+		return fmt.Errorf("discover: root %q: %w", root, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("discover: root %q: %w", root, ErrRootNotDir)
+	}
+	return nil
+}
+
 // run holds the state of one Discover call.
 type run struct {
 	opts  Options
@@ -247,7 +256,11 @@ type run struct {
 	kfdSeen bool              // the KFD topology directory exists
 	nvml    *NVMLSnapshot
 	nvmlErr error
-	groups  map[int]string // gid -> group name, from Root/etc/group
+	// tpuTypeErr and tpuTopoErr are why the TPU accelerator type and
+	// topology did not parse (deriveTPU); tpuEnvProblems reports them.
+	tpuTypeErr error
+	tpuTopoErr error
+	groups     map[int]string // gid -> group name, from Root/etc/group
 }
 
 func newRun(opts Options) *run {

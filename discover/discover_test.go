@@ -1,14 +1,17 @@
-package discover
+package discover_test
 
 import (
 	"context"
 	"fmt"
 	"io/fs"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/tensorbridge/tensorbridge/device"
+	"github.com/tensorbridge/tensorbridge/discover"
+	"github.com/tensorbridge/tensorbridge/discover/discovertest"
 )
 
 // wantGroup is what a fixture's devices of one platform must be.
@@ -52,9 +55,9 @@ type wantTPU struct {
 
 type fixtureCase struct {
 	host  string
-	creds *Credentials
+	creds *discover.Credentials
 	// override replaces nodes.json entries.
-	override map[string]NodeStat
+	override map[string]discover.NodeStat
 	groups   []wantGroup
 	host_    wantHost
 	tpu      wantTPU
@@ -128,8 +131,8 @@ func fixtureCases() []fixtureCase {
 			host_: v4Host,
 			tpu: wantTPU{accelType: "v4-8", accelSource: "metadata:accelerator-type", generation: "v4",
 				topology: "2x2x1", workerID: 0, hosts: 1, hostsSource: "host_bounds", sliceChips: 4, sliceCores: 8, localChips: 4},
-			probes:       map[string]string{ProbeMetadata: "ran", ProbeNVML: "skipped:library not found", ProbeKFD: "skipped:does not exist"},
-			found:        map[string]int{ProbePCI: 4, ProbeDeviceNodes: 4, ProbeMetadata: 4, ProbeTPUEnv: 0, ProbeCPU: 8, ProbePlugins: 0},
+			probes:       map[string]string{discover.ProbeMetadata: "ran", discover.ProbeNVML: "skipped:library not found", discover.ProbeKFD: "skipped:does not exist"},
+			found:        map[string]int{discover.ProbePCI: 4, discover.ProbeDeviceNodes: 4, discover.ProbeMetadata: 4, discover.ProbeTPUEnv: 0, discover.ProbeCPU: 8, discover.ProbePlugins: 0},
 			metadataHits: true,
 		},
 		{
@@ -141,7 +144,7 @@ func fixtureCases() []fixtureCase {
 			tpu:         wantTPU{workerID: -1, localChips: 4},
 			devProblems: map[string][]string{"tpu:0000:00:04.0": {"device-busy"}},
 			problemText: map[string][]string{"tpu:0000:00:04.0": {"/dev/accel0", "process 4242 (python3)", "kill 4242"}},
-			probes:      map[string]string{ProbeMetadata: "skipped:TENSORBRIDGE_NO_METADATA=1"},
+			probes:      map[string]string{discover.ProbeMetadata: "skipped:TENSORBRIDGE_NO_METADATA=1"},
 		},
 		{
 			// v5litepod-8: 8 chips, 1 TensorCore each, 2x4, VFIO nodes;
@@ -157,15 +160,15 @@ func fixtureCases() []fixtureCase {
 			tpu: wantTPU{accelType: "v5litepod-8", accelSource: "metadata:accelerator-type", generation: "v5e",
 				topology: "2x4", workerID: 0, hosts: 1, hostsSource: "host_bounds", sliceChips: 8, sliceCores: 8, localChips: 8},
 			reportProblems: []string{"thp-not-always"},
-			probes:         map[string]string{ProbeMetadata: "ran"},
-			found:          map[string]int{ProbePCI: 8, ProbeDeviceNodes: 9, ProbeMetadata: 4, ProbeCPU: 224},
+			probes:         map[string]string{discover.ProbeMetadata: "ran"},
+			found:          map[string]int{discover.ProbePCI: 8, discover.ProbeDeviceNodes: 9, discover.ProbeMetadata: 4, discover.ProbeCPU: 224},
 			metadataHits:   true,
 		},
 		{
 			// An unprivileged user, with /dev/vfio/3 made root-only.
 			host:     "tpu-v5litepod-8",
-			creds:    &Credentials{UID: 1000, GID: 1000},
-			override: map[string]NodeStat{"/dev/vfio/3": {Mode: fs.ModeDevice | fs.ModeCharDevice | 0o600}},
+			creds:    &discover.Credentials{UID: 1000, GID: 1000},
+			override: map[string]discover.NodeStat{"/dev/vfio/3": {Mode: fs.ModeDevice | fs.ModeCharDevice | 0o600}},
 			groups: []wantGroup{{platform: device.TPU, ids: seq("tpu:", tpuAddrs8...), generation: "v5e",
 				kind: "TPU v5 lite", cores: 1, nodes: vfioNodes(8)}},
 			host_: func() wantHost {
@@ -193,7 +196,7 @@ func fixtureCases() []fixtureCase {
 			}(),
 			tpu: wantTPU{accelType: "v5p-8", accelSource: "metadata:accelerator-type", generation: "v5p",
 				topology: "2x2x1", workerID: 0, hosts: 1, hostsSource: "host_bounds", sliceChips: 4, sliceCores: 8, localChips: 4},
-			probes:       map[string]string{ProbeMetadata: "ran"},
+			probes:       map[string]string{discover.ProbeMetadata: "ran"},
 			metadataHits: true,
 		},
 		{
@@ -204,8 +207,8 @@ func fixtureCases() []fixtureCase {
 			host_: func() wantHost { h := synHost(1, 4, 2, 67108864, true); h.hostname = "v6e-job-0"; return h }(),
 			tpu: wantTPU{accelType: "v6e-8", accelSource: "env:TPU_ACCELERATOR_TYPE", generation: "v6e",
 				topology: "2x4", workerID: 0, hosts: 1, hostsSource: "host_bounds", sliceChips: 8, sliceCores: 8, localChips: 8},
-			probes: map[string]string{ProbeMetadata: "skipped:TPU_SKIP_MDS_QUERY"},
-			found:  map[string]int{ProbeTPUEnv: 10},
+			probes: map[string]string{discover.ProbeMetadata: "skipped:TPU_SKIP_MDS_QUERY"},
+			found:  map[string]int{discover.ProbeTPUEnv: 10},
 		},
 		{
 			// Worker 1 of tpu7x-16: 8 chips (suffix counts TensorCores,
@@ -216,7 +219,7 @@ func fixtureCases() []fixtureCase {
 			host_: func() wantHost { h := synHost(1, 4, 2, 67108864, true); h.hostname = "tpu7x-job-1"; return h }(),
 			tpu: wantTPU{accelType: "tpu7x-16", accelSource: "env:TPU_ACCELERATOR_TYPE", generation: "tpu7x",
 				topology: "2x2x2", workerID: 1, hosts: 2, hostsSource: "host_bounds", sliceChips: 8, sliceCores: 16, localChips: 4},
-			probes: map[string]string{ProbeMetadata: "skipped:TPU_SKIP_MDS_QUERY"},
+			probes: map[string]string{discover.ProbeMetadata: "skipped:TPU_SKIP_MDS_QUERY"},
 		},
 		{
 			// 8x H100 80GB HBM3 SXM5 (10de:2330), NVML replay; NVSwitches
@@ -237,8 +240,8 @@ func fixtureCases() []fixtureCase {
 				cgroupSource: "/sys/fs/cgroup/memory.max", effSource: "/sys/fs/cgroup/memory.max",
 				cpuLimit: 32, cpuDeviceCores: 96, cpuMemSource: "cgroup", allowedCPUs: 96, hostname: "gpu-node-01"},
 			tpu:    wantTPU{workerID: -1},
-			probes: map[string]string{ProbeNVML: "ran", ProbeMetadata: "skipped:no evidence"},
-			found:  map[string]int{ProbePCI: 8, ProbeNVML: 8, ProbeDeviceNodes: 10, ProbeCPU: 96},
+			probes: map[string]string{discover.ProbeNVML: "ran", discover.ProbeMetadata: "skipped:no evidence"},
+			found:  map[string]int{discover.ProbePCI: 8, discover.ProbeNVML: 8, discover.ProbeDeviceNodes: 10, discover.ProbeCPU: 96},
 		},
 		{
 			// Two H100 PCIe (10de:2331): NVML missing, the second unbound;
@@ -258,7 +261,7 @@ func fixtureCases() []fixtureCase {
 				"cuda:0000:02:00.0": {"driver-library-missing", "driver-not-bound"},
 			},
 			problemText: map[string][]string{"cuda:0000:01:00.0": {"libnvidia-ml.so.1", "--gpus all"}},
-			probes:      map[string]string{ProbeNVML: "error:NVML library not found"},
+			probes:      map[string]string{discover.ProbeNVML: "error:NVML library not found"},
 		},
 		{
 			// 8x MI300X: gfx942 (gfx_target_version 90402), 304 CUs,
@@ -275,13 +278,13 @@ func fixtureCases() []fixtureCase {
 				}()}},
 			host_:  func() wantHost { h := synHost(2, 4, 1, 67108864, false); h.hostname = "mi300x-node"; return h }(),
 			tpu:    wantTPU{workerID: -1},
-			probes: map[string]string{ProbeKFD: "ran", ProbeMetadata: "skipped:no evidence"},
-			found:  map[string]int{ProbeKFD: 8, ProbePCI: 8, ProbeDeviceNodes: 9},
+			probes: map[string]string{discover.ProbeKFD: "ran", discover.ProbeMetadata: "skipped:no evidence"},
+			found:  map[string]int{discover.ProbeKFD: 8, discover.ProbePCI: 8, discover.ProbeDeviceNodes: 9},
 		},
 		{
 			// The same host for a user outside group render (gid 109).
 			host:  "amd-mi300x",
-			creds: &Credentials{UID: 1000, GID: 1000},
+			creds: &discover.Credentials{UID: 1000, GID: 1000},
 			groups: []wantGroup{{platform: device.ROCm, ids: seq("rocm:", mi300Addr...), generation: "mi300x",
 				kind: "AMD Instinct MI300X", cores: 304, mem: 192 << 30, memSource: "sysfs"}},
 			host_: func() wantHost { h := synHost(2, 4, 1, 67108864, false); h.hostname = "mi300x-node"; return h }(),
@@ -298,14 +301,14 @@ func fixtureCases() []fixtureCase {
 		{
 			// The same user in group render.
 			host:  "amd-mi300x",
-			creds: &Credentials{UID: 1000, GID: 1000, Groups: []int{1000, 109}},
+			creds: &discover.Credentials{UID: 1000, GID: 1000, Groups: []int{1000, 109}},
 			groups: []wantGroup{{platform: device.ROCm, ids: seq("rocm:", mi300Addr...), generation: "mi300x",
 				kind: "AMD Instinct MI300X", cores: 304, mem: 192 << 30, memSource: "sysfs"}},
 			host_: func() wantHost { h := synHost(2, 4, 1, 67108864, false); h.hostname = "mi300x-node"; return h }(),
 			tpu:   wantTPU{workerID: -1},
 		},
 		{
-			// This machine, recorded (see testdata/hosts/cpu-only/SOURCE.md):
+			// This machine, recorded (see discovertest/testdata/hosts/cpu-only/SOURCE.md):
 			// 2 vCPU "AMD EPYC", MemTotal 24684084 kB, cgroup v1 memory
 			// limit 9223372036854771712 (= none), no DMI, 6 virtio/Intel
 			// PCI functions.
@@ -317,14 +320,23 @@ func fixtureCases() []fixtureCase {
 				cgroupSource:   "/sys/fs/cgroup/memory/process_api/0f41c91bad3e469e408c81ad0ccbb7f2/memory.limit_in_bytes",
 				cpuDeviceCores: 2, cpuMemSource: "/proc/meminfo", allowedCPUs: 2, hostname: "vm"},
 			tpu: wantTPU{workerID: -1},
-			probes: map[string]string{ProbeMetadata: "skipped:no evidence of a GCE VM", ProbeNVML: "skipped:library not found",
-				ProbeKFD: "skipped:does not exist", ProbePCI: "ran", ProbeDeviceNodes: "ran", ProbeCPU: "ran", ProbePlugins: "ran"},
-			found: map[string]int{ProbePCI: 0, ProbeDeviceNodes: 0, ProbeCPU: 2, ProbePlugins: 0, ProbeMetadata: 0},
+			probes: map[string]string{discover.ProbeMetadata: "skipped:no evidence of a GCE VM", discover.ProbeNVML: "skipped:library not found",
+				discover.ProbeKFD: "skipped:does not exist", discover.ProbePCI: "ran", discover.ProbeDeviceNodes: "ran", discover.ProbeCPU: "ran", discover.ProbePlugins: "ran"},
+			found: map[string]int{discover.ProbePCI: 0, discover.ProbeDeviceNodes: 0, discover.ProbeCPU: 2, discover.ProbePlugins: 0, discover.ProbeMetadata: 0},
 		},
 	}
 }
 
 func TestFixtures(t *testing.T) {
+	covered := map[string]bool{}
+	for _, tc := range fixtureCases() {
+		covered[tc.host] = true
+	}
+	for _, h := range discovertest.Hosts() {
+		if !covered[h] {
+			t.Errorf("recorded host %s has no fixture case", h)
+		}
+	}
 	for _, tc := range fixtureCases() {
 		name := tc.host
 		if tc.creds != nil {
@@ -334,21 +346,21 @@ func TestFixtures(t *testing.T) {
 			}
 		}
 		t.Run(name, func(t *testing.T) {
-			f := loadFixture(t, tc.host)
-			opts := f.options()
+			f := discovertest.Load(t, tc.host)
+			opts := f.Options
 			if tc.creds != nil {
 				opts.Credentials = tc.creds
 			}
 			if tc.override != nil {
 				base := opts.StatNode
-				opts.StatNode = func(p string) (NodeStat, error) {
+				opts.StatNode = func(p string) (discover.NodeStat, error) {
 					if n, ok := tc.override[p]; ok {
 						return n, nil
 					}
 					return base(p)
 				}
 			}
-			rep, err := Discover(context.Background(), opts)
+			rep, err := discover.Discover(context.Background(), opts)
 			if err != nil {
 				t.Fatalf("Discover: %v", err)
 			}
@@ -357,7 +369,7 @@ func TestFixtures(t *testing.T) {
 	}
 }
 
-func checkReport(t *testing.T, rep *Report, tc fixtureCase, f *fixture) {
+func checkReport(t *testing.T, rep *discover.Report, tc fixtureCase, f *discovertest.Host) {
 	t.Helper()
 	// Devices: the accelerator groups, then exactly one CPU.
 	var accel []device.Info
@@ -478,7 +490,7 @@ func checkReport(t *testing.T, rep *Report, tc fixtureCase, f *fixture) {
 			t.Errorf("probe %s has no source", p.Name)
 		}
 	}
-	wantNames := []string{ProbePCI, ProbeDeviceNodes, ProbeKFD, ProbeNVML, ProbeTPUEnv, ProbeMetadata, ProbePlugins, ProbeCPU}
+	wantNames := []string{discover.ProbePCI, discover.ProbeDeviceNodes, discover.ProbeKFD, discover.ProbeNVML, discover.ProbeTPUEnv, discover.ProbeMetadata, discover.ProbePlugins, discover.ProbeCPU}
 	if !reflect.DeepEqual(names, wantNames) {
 		t.Errorf("probes %v, want %v", names, wantNames)
 	}
@@ -505,7 +517,7 @@ func checkReport(t *testing.T, rep *Report, tc fixtureCase, f *fixture) {
 			t.Errorf("probe %s found %d, want %d", name, p.Found, n)
 		}
 	}
-	if hits := f.hits.Load(); (hits > 0) != tc.metadataHits {
+	if hits := f.MetadataRequests(); (hits > 0) != tc.metadataHits {
 		t.Errorf("metadata server requests: %d, want any: %v", hits, tc.metadataHits)
 	}
 }
@@ -515,6 +527,16 @@ func ids(ds []device.Info) []string {
 	for _, d := range ds {
 		out = append(out, d.ID)
 	}
+	return out
+}
+
+// problemCodes lists the sorted codes of ps.
+func problemCodes(ps []device.Problem) []string {
+	out := make([]string, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, p.Code)
+	}
+	slices.Sort(out)
 	return out
 }
 

@@ -31,7 +31,8 @@
 //
 //   - pci-sysfs: Root/sys/bus/pci/devices/*/{vendor,device,class,numa_node}
 //     and the driver and iommu_group links. Google TPU chips (vendor 0x1ae0,
-//     device ID to generation from reference §1.2), NVIDIA GPUs (0x10de,
+//     device ID to generation, device_kind and TensorCores per chip from
+//     catalog.ByPCIID), NVIDIA GPUs (0x10de,
 //     display class 0x03), AMD GPUs (0x1002, display or processing
 //     accelerator class).
 //   - device-nodes: Root/dev/accel*, /dev/vfio/*, /dev/nvidia*, /dev/kfd,
@@ -42,7 +43,11 @@
 //   - nvml: libnvidia-ml.so.1 via purego (nvmlInit_v2, device count,
 //     handles, name, UUID, memory, PCI info, driver version, shutdown).
 //   - tpu-env: TPU_*, MEGASCALE_*, CLOUD_TPU_TASK_ID and related
-//     variables (set by GKE).
+//     variables (set by GKE). The accelerator type, from here or from the
+//     metadata server, is read with catalog.ParseAcceleratorType; one the
+//     catalog rejects ("v5e-8": v5e slices are v5litepod-N) is a
+//     Report.Problems entry naming the value, its source and the catalog's
+//     reason.
 //   - gce-metadata: the metadata server's accelerator-type,
 //     agent-worker-number, worker-network-endpoints and tpu-env attributes.
 //     Asked only when the host shows evidence of being a GCE VM (DMI says
@@ -65,10 +70,17 @@
 // wraps a map); MetadataURL points at a test server; NVML takes a
 // StaticNVML snapshot; PluginPath replaces the search path; Credentials
 // and StatNode decide device-node permission checks, since fixtures cannot
-// create device nodes. The fixtures in testdata/hosts are such recordings:
-// a root.txtar archive of the filesystem plus env.json, metadata.json,
-// nvml.json and nodes.json, each with a SOURCE.md naming where its facts
-// come from.
+// create device nodes. The fixtures in discovertest/testdata/hosts are such
+// recordings: a root.txtar archive of the filesystem plus env.json,
+// metadata.json, nvml.json and nodes.json, each with a SOURCE.md naming
+// where its facts come from. Package discovertest replays them for any
+// package's tests: discovertest.Options(t, "tpu-v4").
+//
+// # CPU only
+//
+// CPU runs the cpu probe alone and returns the "cpu:0" device and the host
+// description, for the cpu backend, which needs them when it opens and has
+// no use for a PCI scan, NVML or the metadata server.
 //
 // # Errors
 //

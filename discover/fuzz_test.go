@@ -1,11 +1,14 @@
 package discover
 
 import (
+	"errors"
 	"maps"
 	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/tensorbridge/tensorbridge/catalog"
 )
 
 func FuzzParseCPUInfo(f *testing.F) {
@@ -94,19 +97,59 @@ func FuzzParseTPUEnv(f *testing.F) {
 
 func FuzzTPUEnvValues(f *testing.F) {
 	// The TPU_* variables' value formats: accelerator types, bounds
-	// ("2,2,1"), topologies ("2x2x1"), host lists.
-	f.Add("v5litepod-16", "2,2,1", "4x4x8", "h-0,h-1")
+	// ("2,2,1"), topologies ("2x2x1"), host lists. The accelerator type is
+	// judged against the catalog's parser: discover must either derive
+	// exactly the catalog's slice or report the catalog's reason.
+	f.Add("v5litepod-16", "2,2,1", "4x4", "h-0,h-1")
 	f.Add("tpu7x-8", "1,1,2", "2x2x1", "")
+	f.Add("v5e-8", "2,4,1", "2x4", "a")
+	f.Add("V4-256", "2,2,8", "4x4x8", "w-0,w-1")
 	f.Add("v99-0", ",,", "x", ",,,")
 	f.Fuzz(func(t *testing.T, accel, bounds, topo, hosts string) {
-		at, err := ParseAcceleratorType(accel)
-		if err == nil {
-			if !accelTypeRE.MatchString(at.Name) || at.Suffix <= 0 {
-				t.Fatalf("accepted %q as %+v", accel, at)
+		d := tpuEnvRun(map[string]string{
+			"TPU_ACCELERATOR_TYPE": accel, "TPU_TOPOLOGY": topo, "TPU_WORKER_HOSTNAMES": hosts,
+			"TPU_HOST_BOUNDS": bounds, "TPU_CHIPS_PER_HOST_BOUNDS": bounds,
+		})
+		tp := d.rep.TPU
+		ps := d.tpuEnvProblems()
+		for _, p := range ps {
+			if p.Code == "" || p.Message == "" {
+				t.Fatalf("problem without code or message: %+v", p)
 			}
-			if g, ok := tpuGens[at.Generation]; ok && at.Chips > 0 && at.TensorCores != at.Chips*g.coresPerChip {
-				t.Fatalf("%q: %d chips but %d cores", accel, at.Chips, at.TensorCores)
+		}
+		invalid, hasInvalid := problemWithCode(ps, "tpu-accelerator-type-invalid")
+		slice, err := catalog.ParseAcceleratorType(accel)
+		switch {
+		case accel == "":
+			if hasInvalid || tp.Generation != "" || tp.SliceTensorCores != 0 {
+				t.Fatalf("no type, yet generation %q, %d TensorCores, problem %v", tp.Generation, tp.SliceTensorCores, invalid)
 			}
+		case err != nil:
+			var ie *catalog.InvalidAcceleratorTypeError
+			if !errors.As(err, &ie) {
+				t.Fatalf("catalog error %v is not an *InvalidAcceleratorTypeError", err)
+			}
+			if !hasInvalid || !strings.Contains(invalid.Message, strconv.Quote(accel)) || !strings.Contains(invalid.Message, ie.Reason) || invalid.Fix == "" {
+				t.Fatalf("type %q rejected by the catalog (%s): problem %+v, want one naming the value and the reason", accel, ie.Reason, invalid)
+			}
+			if tp.Generation != "" || tp.SliceTensorCores != 0 {
+				t.Fatalf("invalid type %q gave generation %q, %d TensorCores", accel, tp.Generation, tp.SliceTensorCores)
+			}
+		default:
+			a, _ := catalog.Lookup(slice.Generation)
+			if hasInvalid || tp.Generation != slice.Generation || tp.SliceChips != slice.Chips ||
+				tp.SliceTensorCores != slice.Chips*a.Cores.Value {
+				t.Fatalf("type %q: generation %q, %d chips, %d TensorCores, problem %v; catalog says %+v with %d cores per chip",
+					accel, tp.Generation, tp.SliceChips, tp.SliceTensorCores, invalid, slice, a.Cores.Value)
+			}
+		}
+		if _, terr := catalog.ParseTopology(topo); topo != "" {
+			if _, has := problemWithCode(ps, "tpu-topology-invalid"); has != (terr != nil) {
+				t.Fatalf("topology %q: catalog error %v, tpu-topology-invalid reported: %v", topo, terr, has)
+			}
+		}
+		if (tp.Hosts > 0) != (tp.HostsSource != "") {
+			t.Fatalf("hosts %d with source %q", tp.Hosts, tp.HostsSource)
 		}
 		for _, c := range []struct{ s, sep string }{{bounds, ","}, {topo, "x"}} {
 			n, err := dimsProduct(c.s, c.sep)
@@ -120,6 +163,9 @@ func FuzzTPUEnvValues(f *testing.F) {
 			}
 			if n <= 0 || n != want {
 				t.Fatalf("dimsProduct(%q) = %d, want %d", c.s, n, want)
+			}
+			if c.sep == "," && (tp.Hosts != n || tp.HostsSource != "host_bounds") {
+				t.Fatalf("host bounds %q: hosts %d (%s), want %d from host_bounds", bounds, tp.Hosts, tp.HostsSource, n)
 			}
 		}
 		for _, h := range splitList(hosts) {

@@ -11,8 +11,9 @@ import (
 	"strings"
 )
 
-// Host evidence of GCE, read from DMI. A GCE VM reports product_name
-// "Google Compute Engine" and bios_vendor/sys_vendor "Google".
+// CloudEvidence says whether the host is a GCE VM and why. A GCE VM's DMI
+// reports product_name "Google Compute Engine" and bios_vendor/sys_vendor
+// "Google".
 type CloudEvidence struct {
 	ProductName string `json:"product_name,omitempty"`
 	BIOSVendor  string `json:"bios_vendor,omitempty"`

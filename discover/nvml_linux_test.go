@@ -1,6 +1,6 @@
 //go:build linux
 
-package discover
+package discover_test
 
 import (
 	"context"
@@ -11,6 +11,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/tensorbridge/tensorbridge/discover"
+	"github.com/tensorbridge/tensorbridge/discover/discovertest"
 )
 
 // buildFakeNVML compiles testdata/fakenvml/fake_nvml.c into a shared
@@ -36,14 +39,14 @@ func buildFakeNVML(t *testing.T, defines ...string) string {
 
 func TestSystemNVMLFakeLibrary(t *testing.T) {
 	lib := buildFakeNVML(t)
-	snap, err := SystemNVML{Libraries: []string{lib}}.Snapshot(context.Background())
+	snap, err := discover.SystemNVML{Libraries: []string{lib}}.Snapshot(context.Background())
 	if err != nil {
 		t.Fatalf("Snapshot: %v", err)
 	}
-	want := &NVMLSnapshot{
+	want := &discover.NVMLSnapshot{
 		Library:       lib,
 		DriverVersion: "545.23.08",
-		Devices: []NVMLDevice{
+		Devices: []discover.NVMLDevice{
 			{Index: 0, Name: "NVIDIA H100 80GB HBM3", UUID: "GPU-00000000-0000-4000-8000-000000000000",
 				PCIBusID: "00000000:16:00.0", PCIDeviceID: 0x233010DE, PCISubsystemID: 0x16C110DE,
 				MemoryTotal: 85520809984, MemoryFree: 85520809984 - 2097152, MemoryUsed: 2097152},
@@ -59,8 +62,8 @@ func TestSystemNVMLFakeLibrary(t *testing.T) {
 
 func TestSystemNVMLInitFailure(t *testing.T) {
 	lib := buildFakeNVML(t, "-DINIT_FAIL=9")
-	_, err := SystemNVML{Libraries: []string{lib}}.Snapshot(context.Background())
-	var ne *NVMLError
+	_, err := discover.SystemNVML{Libraries: []string{lib}}.Snapshot(context.Background())
+	var ne *discover.NVMLError
 	if !errors.As(err, &ne) || ne.Op != "nvmlInit_v2" || ne.Code != 9 || ne.Message != "Driver Not Loaded" {
 		t.Fatalf("err = %v, want *NVMLError{nvmlInit_v2, 9, Driver Not Loaded}", err)
 	}
@@ -81,15 +84,15 @@ func TestSystemNVMLMissingSymbol(t *testing.T) {
 	if b, err := exec.Command(cc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, b)
 	}
-	_, err = SystemNVML{Libraries: []string{lib}}.Snapshot(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "nvmlInit_v2 or nvmlInit not found") || errors.Is(err, ErrNVMLNotFound) {
+	_, err = discover.SystemNVML{Libraries: []string{lib}}.Snapshot(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "nvmlInit_v2 or nvmlInit not found") || errors.Is(err, discover.ErrNVMLNotFound) {
 		t.Fatalf("err = %v, want a missing-symbol error that is not ErrNVMLNotFound", err)
 	}
 }
 
 func TestSystemNVMLNotFound(t *testing.T) {
-	_, err := SystemNVML{Libraries: []string{filepath.Join(t.TempDir(), "libnvidia-ml.so.1")}}.Snapshot(context.Background())
-	if !errors.Is(err, ErrNVMLNotFound) {
+	_, err := discover.SystemNVML{Libraries: []string{filepath.Join(t.TempDir(), "libnvidia-ml.so.1")}}.Snapshot(context.Background())
+	if !errors.Is(err, discover.ErrNVMLNotFound) {
 		t.Fatalf("err = %v, want ErrNVMLNotFound", err)
 	}
 }
@@ -97,10 +100,10 @@ func TestSystemNVMLNotFound(t *testing.T) {
 // The fake library's devices flow into device.Info through Discover.
 func TestDiscoverWithFakeNVML(t *testing.T) {
 	lib := buildFakeNVML(t)
-	f := loadFixture(t, "nvidia-8xh100")
-	opts := f.options()
-	opts.NVML = SystemNVML{Libraries: []string{lib}}
-	rep, err := Discover(context.Background(), opts)
+	f := discovertest.Load(t, "nvidia-8xh100")
+	opts := f.Options
+	opts.NVML = discover.SystemNVML{Libraries: []string{lib}}
+	rep, err := discover.Discover(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

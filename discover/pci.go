@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tensorbridge/tensorbridge/catalog"
 	"github.com/tensorbridge/tensorbridge/device"
 )
 
@@ -28,9 +29,10 @@ type pciFunc struct {
 	vendor     uint16
 	device     uint16
 	class      uint32
-	numa       int    // -1 if unknown
-	driver     string // basename of the driver link, "" if unbound
-	iommuGroup string // basename of the iommu_group link, "" if none
+	numa       int       // -1 if unknown
+	driver     string    // basename of the driver link, "" if unbound
+	iommuGroup string    // basename of the iommu_group link, "" if none
+	tpu        *tpuModel // non-nil for a TPU chip
 }
 
 func (f pciFunc) info() *device.PCI {
@@ -38,26 +40,88 @@ func (f pciFunc) info() *device.PCI {
 		Class: f.class, Driver: f.driver, NUMANode: f.numa}
 }
 
-// tpuPCI maps a Google PCI device ID to a TPU generation key and its PJRT
-// device_kind. Source: reference §1.2 table (PCI device ID column), which
-// cites jax-ml/jax jax/_src/hardware_utils.py (_TPU_PCI_DEVICE_IDS); the
-// kinds are the mesh_utils.py device_kind constants quoted there.
-// 0x0027 is shared by v2 and v3, so its generation comes from the
-// accelerator type when one is known. Generations outside the catalog's
-// keys (8i, 8t, the unnamed 0x0056) keep an empty generation.
-var tpuPCI = map[uint16]struct {
-	gen  string // catalog key, "" when not one
-	kind string // PJRT device_kind spelling
-}{
-	0x0027: {"", "TPU v2/v3"},
-	0x0056: {"", "TPU (PCI 0x0056, no public name)"},
-	0x005e: {"v4", "TPU v4"},
-	0x0062: {"v5p", "TPU v5"},
-	0x0063: {"v5e", "TPU v5 lite"},
-	0x006f: {"v6e", "TPU v6 lite"},
-	0x0076: {"tpu7x", "TPU7x"},
-	0x007c: {"", "TPU8t"},
-	0x0083: {"", "TPU8i"},
+// tpuUnlisted are Google TPU PCI device IDs that the catalog does not list
+// because no generation is known for them. Source: reference §1.2 table,
+// last row ("(internal) 0x0056, \"plc\", no public name"), from jax-ml/jax
+// jax/_src/hardware_utils.py (_TPU_PCI_DEVICE_IDS). Every other TPU device
+// ID comes from catalog.ByPCIID.
+var tpuUnlisted = map[uint16]string{
+	0x0056: "TPU (PCI 0x0056, no public name)",
+}
+
+// tpuCandidate is one catalog generation a TPU chip's PCI ID can belong to.
+type tpuCandidate struct {
+	gen   string // catalog key
+	kind  string // first catalog device_kind (the PJRT spelling)
+	cores int    // TensorCores per chip; 0 if the catalog does not know
+}
+
+// tpuModel is what a TPU chip's PCI device ID says about it.
+type tpuModel struct {
+	// cands are the catalog entries listing the ID, in catalog order:
+	// several for 0x0027 (v2 and v3), none for an unlisted ID.
+	cands []tpuCandidate
+	// kind is the device_kind when the ID names one generation, otherwise
+	// the candidates' kinds joined with " or " (or the tpuUnlisted name).
+	kind string
+}
+
+// tpuModelOf looks a Google PCI device ID up in the catalog. It returns
+// nil when the ID is not a TPU (a gVNIC, an NVMe controller).
+func tpuModelOf(vendor, dev uint16) *tpuModel {
+	if vendor != VendorGoogle {
+		return nil
+	}
+	if name, ok := tpuUnlisted[dev]; ok {
+		return &tpuModel{kind: name}
+	}
+	m := &tpuModel{}
+	var kinds []string
+	for _, a := range catalog.ByPCIID(vendor, dev) {
+		if a.Platform != device.TPU {
+			continue
+		}
+		c := tpuCandidate{gen: a.Generation, cores: a.Cores.Value}
+		if len(a.DeviceKinds) > 0 {
+			c.kind = a.DeviceKinds[0].Value
+		}
+		m.cands = append(m.cands, c)
+		kinds = append(kinds, c.kind)
+	}
+	if len(m.cands) == 0 {
+		return nil
+	}
+	m.kind = strings.Join(kinds, " or ")
+	return m
+}
+
+// generations lists the candidate generations.
+func (m *tpuModel) generations() []string {
+	out := make([]string, len(m.cands))
+	for i, c := range m.cands {
+		out[i] = c.gen
+	}
+	return out
+}
+
+// resolve picks the chip's generation: the only candidate, or the one the
+// slice's accelerator type names (sliceGen) when the ID is shared. It
+// returns "" and the joined kind when the ID alone cannot tell; cores is
+// then the candidates' common TensorCores per chip, 0 if they differ.
+func (m *tpuModel) resolve(sliceGen string) (gen, kind string, cores int) {
+	for _, c := range m.cands {
+		if len(m.cands) == 1 || c.gen == sliceGen {
+			return c.gen, c.kind, c.cores
+		}
+	}
+	for i, c := range m.cands {
+		if i == 0 {
+			cores = c.cores
+		} else if c.cores != cores {
+			cores = 0
+		}
+	}
+	return "", m.kind, cores
 }
 
 // nvidiaPCI maps NVIDIA PCI device IDs to catalog generation keys, used
@@ -93,13 +157,7 @@ const (
 	pciClassAccelerator = 0x12
 )
 
-func (f pciFunc) isTPU() bool {
-	if f.vendor != VendorGoogle {
-		return false
-	}
-	_, ok := tpuPCI[f.device]
-	return ok
-}
+func (f pciFunc) isTPU() bool { return f.tpu != nil }
 
 func (f pciFunc) isNVIDIAGPU() bool {
 	return f.vendor == VendorNVIDIA && f.class>>16 == pciClassDisplay
@@ -167,6 +225,7 @@ func readPCIFunc(dir, addr string) (pciFunc, error) {
 		return f, err
 	}
 	f.vendor, f.device = uint16(v), uint16(dv)
+	f.tpu = tpuModelOf(f.vendor, f.device)
 	if c, err := readHex(filepath.Join(dir, "class"), 24); err == nil {
 		f.class = uint32(c)
 	}

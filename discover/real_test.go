@@ -1,6 +1,6 @@
 //go:build linux
 
-package discover
+package discover_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/tensorbridge/tensorbridge/device"
+	"github.com/tensorbridge/tensorbridge/discover"
 )
 
 // TestRealMachine runs Discover on the host running the test, with every
@@ -28,7 +29,7 @@ func TestRealMachine(t *testing.T) {
 			t.Skipf("%s is an accelerator vendor: this test covers CPU-only hosts", v)
 		}
 	}
-	rep, err := Discover(context.Background(), Options{})
+	rep, err := discover.Discover(context.Background(), discover.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,17 +56,17 @@ func TestRealMachine(t *testing.T) {
 	if h.Memory.EffectiveBytes == 0 || h.Memory.EffectiveBytes > h.Memory.TotalBytes || c.Memory.Total != h.Memory.EffectiveBytes {
 		t.Errorf("effective memory %d (cpu device %d), total %d", h.Memory.EffectiveBytes, c.Memory.Total, h.Memory.TotalBytes)
 	}
-	p, _ := rep.Probe(ProbeMetadata)
+	p, _ := rep.Probe(discover.ProbeMetadata)
 	if h.Cloud.GCE {
 		t.Logf("this host is a GCE VM (%s); metadata probe: %+v", h.Cloud.Reason, p)
 	} else if !strings.HasPrefix(p.Skipped, "no evidence of a GCE VM") || p.Found != 0 {
 		t.Errorf("metadata probe %+v, want skipped for lack of GCE evidence", p)
 	}
-	p, _ = rep.Probe(ProbeNVML)
+	p, _ = rep.Probe(discover.ProbeNVML)
 	if libs, _ := filepath.Glob("/usr/lib*/*/libnvidia-ml.so*"); len(libs) == 0 && !strings.Contains(p.Skipped, "libnvidia-ml.so.1") {
 		t.Errorf("nvml probe %+v, want skipped with the library not found", p)
 	}
-	for _, name := range []string{ProbePCI, ProbeDeviceNodes, ProbeCPU} {
+	for _, name := range []string{discover.ProbePCI, discover.ProbeDeviceNodes, discover.ProbeCPU} {
 		if p, _ := rep.Probe(name); p.Err != "" || p.Skipped != "" {
 			t.Errorf("probe %s: %+v, want a clean run", name, p)
 		}

@@ -6,97 +6,53 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/tensorbridge/tensorbridge/catalog"
 	"github.com/tensorbridge/tensorbridge/device"
 )
 
-// AcceleratorType is a parsed Cloud TPU accelerator type such as "v4-8",
-// "v5litepod-16" or "tpu7x-8".
-type AcceleratorType struct {
-	// Name is the type as given.
-	Name string `json:"name"`
-	// Prefix is the part before the dash ("v5litepod").
-	Prefix string `json:"prefix"`
-	// Suffix is the number after the dash.
-	Suffix int `json:"suffix"`
-	// Generation is the catalog key ("v5e"), "" if the prefix is unknown.
-	Generation string `json:"generation,omitempty"`
-	// Chips and TensorCores are the slice totals; 0 if unknown.
-	Chips       int `json:"chips,omitempty"`
-	TensorCores int `json:"tensor_cores,omitempty"`
+// tpuHostFacts are facts about TPU hosts, by catalog generation, that the
+// catalog (which describes chips and slices, not hosts) does not carry:
+//
+//   - vfio: the chips are VFIO devices (/dev/vfio/<iommu group> plus
+//     /dev/vfio/vfio) rather than /dev/accelN. Reference §1.4: "v4 (and
+//     v2/v3 VMs): /dev/accel0..3", "v5p, v6e and later: VFIO" (citing Ray's
+//     python/ray/_private/accelerators/tpu.py); v5e VMs are VFIO too, which
+//     is why Ray falls back to counting /dev/vfio/N.
+//   - thpAlways: JAX warns unless transparent huge pages are [always]
+//     (reference §1.4, jax/_src/cloud_tpu_init.py: "v5e and later").
+//
+// A test checks that every TPU generation in the catalog has an entry.
+var tpuHostFacts = map[string]struct{ vfio, thpAlways bool }{
+	"v2":    {vfio: false, thpAlways: false},
+	"v3":    {vfio: false, thpAlways: false},
+	"v4":    {vfio: false, thpAlways: false},
+	"v5e":   {vfio: true, thpAlways: true},
+	"v5p":   {vfio: true, thpAlways: true},
+	"v6e":   {vfio: true, thpAlways: true},
+	"tpu7x": {vfio: true, thpAlways: true},
+	"tpu8i": {vfio: true, thpAlways: true},
+	"tpu8t": {vfio: true, thpAlways: true},
 }
 
-// accelTypeRE accepts "v<digits><letters>-N" and "tpu<digits><letters>-N".
-// Source: reference §1.2, which notes Ray's ^v\d+[a-zA-Z]*-\d+$ misses
-// tpu7x-N and proposes this broader form.
-var accelTypeRE = regexp.MustCompile(`^(v\d+[a-z]*|tpu\d+[a-z]*)-(\d+)$`)
-
-// tpuGen describes a TPU generation for accelerator-type arithmetic.
-type tpuGen struct {
-	coresPerChip int  // TensorCores per chip (reference §1.1)
-	suffixCores  bool // the accel-type suffix counts TensorCores, not chips (§1.2)
-	vfio         bool // device nodes are /dev/vfio/N, not /dev/accelN (§1.4)
-	kind         string
-}
-
-// tpuGens is keyed by catalog generation. Sources: reference §1.1
-// (TensorCores/chip: v4 2, v5e 1, v5p 2, v6e 1, TPU7x 2), §1.2 ("Suffix N
-// counts": TensorCores for v2/v3, v4, v5p, tpu7x; chips for v5e, v6e;
-// device_kind spellings), §1.4 (v4 and v2/v3 use /dev/accel*; v5p, v6e and
-// later use VFIO; v5e hosts are VFIO too per Ray's /dev/vfio fallback, and
-// v2/v3 hosts hold 4 chips with 2 cores each per Ray).
-var tpuGens = map[string]tpuGen{
-	"v2":    {2, true, false, "TPU v2"},
-	"v3":    {2, true, false, "TPU v3"},
-	"v4":    {2, true, false, "TPU v4"},
-	"v5e":   {1, false, true, "TPU v5 lite"},
-	"v5p":   {2, true, true, "TPU v5"},
-	"v6e":   {1, false, true, "TPU v6 lite"},
-	"tpu7x": {2, true, true, "TPU7x"},
-}
-
-// accelPrefixGen maps accelerator-type prefixes to generations
-// (reference §1.2 "Cloud accel-type" column).
-var accelPrefixGen = map[string]string{
-	"v2": "v2", "v3": "v3", "v4": "v4",
-	"v5litepod": "v5e", "v5e": "v5e",
-	"v5p": "v5p", "v6e": "v6e", "tpu7x": "tpu7x",
-}
-
-// ErrBadAcceleratorType is wrapped by ParseAcceleratorType's errors.
-var ErrBadAcceleratorType = errors.New("malformed TPU accelerator type")
-
-// ParseAcceleratorType parses a Cloud TPU accelerator type. An unknown but
-// well-formed prefix ("v9z-8") parses with an empty Generation and zero
-// Chips; only malformed text is an error.
-func ParseAcceleratorType(s string) (AcceleratorType, error) {
-	m := accelTypeRE.FindStringSubmatch(strings.TrimSpace(s))
-	if m == nil {
-		return AcceleratorType{}, fmt.Errorf("%w: %q (want e.g. v4-8, v5litepod-16, tpu7x-8)", ErrBadAcceleratorType, s)
+// usesVFIO says whether a chip of generation gen (or, when gen is "", of
+// every candidate generation of its PCI ID) is a VFIO device. An ID the
+// catalog does not know (0x0056) is taken to be VFIO, as every generation
+// after v4 is.
+func (m *tpuModel) usesVFIO(gen string) bool {
+	if f, ok := tpuHostFacts[gen]; ok {
+		return f.vfio
 	}
-	n, err := strconv.Atoi(m[2])
-	if err != nil || n <= 0 {
-		return AcceleratorType{}, fmt.Errorf("%w: %q: size must be a positive integer", ErrBadAcceleratorType, s)
-	}
-	at := AcceleratorType{Name: m[0], Prefix: m[1], Suffix: n}
-	gen, ok := accelPrefixGen[m[1]]
-	if !ok {
-		return at, nil
-	}
-	at.Generation = gen
-	g := tpuGens[gen]
-	if g.suffixCores {
-		if n%g.coresPerChip == 0 {
-			at.TensorCores, at.Chips = n, n/g.coresPerChip
+	for _, c := range m.cands {
+		if f, ok := tpuHostFacts[c.gen]; !ok || f.vfio {
+			return true
 		}
-	} else {
-		at.Chips, at.TensorCores = n, n*g.coresPerChip
 	}
-	return at, nil
+	return len(m.cands) == 0
 }
 
 // TPUEnvironment is the TPU slice as the environment and the metadata
@@ -127,11 +83,15 @@ type TPUEnvironment struct {
 	MegascaleNumSlices          *int   `json:"megascale_num_slices,omitempty"`
 	MegascaleSliceID            *int   `json:"megascale_slice_id,omitempty"`
 
-	// Derived values.
-	// Generation is the accelerator type's catalog key.
+	// Derived values. The accelerator type is read with
+	// catalog.ParseAcceleratorType; an invalid one leaves them zero and is
+	// reported in Report.Problems (tpu-accelerator-type-invalid).
+	// Generation is the accelerator type's catalog key ("v5e" for
+	// "v5litepod-8").
 	Generation string `json:"generation,omitempty"`
-	// SliceChips and SliceTensorCores are slice totals from the
-	// accelerator type, or from the topology when there is no type.
+	// SliceChips and SliceTensorCores are the slice totals the catalog
+	// gives for the accelerator type. With no valid type, SliceChips is the
+	// product of the topology's dimensions and SliceTensorCores is 0.
 	SliceChips       int `json:"slice_chips,omitempty"`
 	SliceTensorCores int `json:"slice_tensor_cores,omitempty"`
 	// LocalChips is the number of TPU chips on this host's PCI bus.
@@ -322,18 +282,24 @@ func (d *run) deriveTPU() {
 			t.LocalChips++
 		}
 	}
+	t.Generation, t.SliceChips, t.SliceTensorCores = "", 0, 0
+	d.tpuTypeErr, d.tpuTopoErr = nil, nil
 	if t.AcceleratorType != "" {
-		if at, err := ParseAcceleratorType(t.AcceleratorType); err == nil {
-			t.Generation = at.Generation
-			t.SliceChips, t.SliceTensorCores = at.Chips, at.TensorCores
+		s, err := catalog.ParseAcceleratorType(t.AcceleratorType)
+		if err != nil {
+			d.tpuTypeErr = err
+		} else {
+			t.Generation = s.Generation
+			t.SliceChips, t.SliceTensorCores = s.Chips, s.TensorCores
 		}
 	}
-	if t.SliceChips == 0 && t.Topology != "" {
-		if n, err := dimsProduct(t.Topology, "x"); err == nil {
-			t.SliceChips = n
-			if g, ok := tpuGens[t.Generation]; ok {
-				t.SliceTensorCores = n * g.coresPerChip
-			}
+	if t.Topology != "" {
+		topo, err := catalog.ParseTopology(t.Topology)
+		switch {
+		case err != nil:
+			d.tpuTopoErr = err
+		case t.SliceChips == 0:
+			t.SliceChips = topo.Chips()
 		}
 	}
 	if t.HostBounds != "" {
@@ -357,8 +323,9 @@ func (d *run) deriveTPU() {
 	}
 }
 
-// dimsProduct multiplies "2x2x1" or "2,2,1"; every dimension must be a
-// positive integer.
+// dimsProduct multiplies bounds such as "2,2,1" (sep ","); every dimension
+// must be a positive integer. Topologies ("2x2x1") are read with
+// catalog.ParseTopology.
 func dimsProduct(s, sep string) (int, error) {
 	parts := strings.Split(strings.TrimSpace(s), sep)
 	n := 1
@@ -401,11 +368,7 @@ func (d *run) tpuDevices() []device.Info {
 	accelByAddr := d.accelSysfsMap()
 	var out []device.Info
 	for i, f := range chips {
-		entry := tpuPCI[f.device]
-		gen, kind := entry.gen, entry.kind
-		if f.device == 0x0027 && (t.Generation == "v2" || t.Generation == "v3") {
-			gen, kind = t.Generation, tpuGens[t.Generation].kind
-		}
+		gen, kind, cores := f.tpu.resolve(t.Generation)
 		info := device.Info{
 			ID:         "tpu:" + f.addr,
 			Platform:   device.TPU,
@@ -413,10 +376,11 @@ func (d *run) tpuDevices() []device.Info {
 			Generation: gen,
 			Index:      i,
 			PCI:        f.info(),
+			Cores:      cores,
 			CoreOnChip: -1,
 		}
-		if g, ok := tpuGens[gen]; ok {
-			info.Cores = g.coresPerChip
+		if gen == "" && len(f.tpu.cands) > 1 {
+			info.SetAttr(device.Attribute{Name: "candidate_generations", Value: strings.Join(f.tpu.generations(), ","), Source: "catalog"})
 		}
 		if t.WorkerID != nil {
 			info.ProcessIndex = *t.WorkerID
@@ -475,7 +439,7 @@ func (d *run) tpuNodeMissing(f pciFunc, gen, vfioNode string, accels, chips int)
 		msg += ": no /dev/accel* and no /dev/vfio/<iommu group>"
 	}
 	fix := "recreate the TPU VM from a Cloud TPU runtime image (--version); the image creates /dev/accel* (jax-ml/jax#13260: recreating the VM restored a missing /dev/accel0)"
-	if g, ok := tpuGens[gen]; (ok && g.vfio) || (!ok && f.device != 0x0027) {
+	if f.tpu.usesVFIO(gen) {
 		fix = fmt.Sprintf("bind the chip to vfio-pci: sudo modprobe vfio-pci && echo 1ae0 %04x | sudo tee /sys/bus/pci/drivers/vfio-pci/new_id", f.device)
 	}
 	return device.Problem{Code: "device-node-missing", Severity: device.SeverityError, Message: msg, Fix: fix}
@@ -521,6 +485,21 @@ func (d *run) accelSysfsMap() map[string]string {
 func (d *run) tpuEnvProblems() []device.Problem {
 	t := d.rep.TPU
 	var ps []device.Problem
+	if d.tpuTypeErr != nil {
+		ps = append(ps, invalidAccelTypeProblem(t.AcceleratorType, t.Sources["accelerator_type"], d.tpuTypeErr))
+	}
+	if d.tpuTopoErr != nil {
+		reason := d.tpuTopoErr.Error()
+		var te *catalog.InvalidTopologyError
+		if errors.As(d.tpuTopoErr, &te) {
+			reason = te.Reason
+		}
+		ps = append(ps, device.Problem{
+			Code: "tpu-topology-invalid", Severity: device.SeverityWarning,
+			Message: fmt.Sprintf("TPU topology %q (%s) is not valid: %s", t.Topology, t.Sources["topology"], reason),
+			Fix:     "write the topology as chips per dimension, AxB or AxBxC (for example 2x4 or 2x2x1), or unset TPU_TOPOLOGY",
+		})
+	}
 	if t.LocalChips == 0 {
 		if t.Env["TPU_ACCELERATOR_TYPE"] != "" || t.Env["TPU_TOPOLOGY"] != "" || t.Env["TPU_WORKER_ID"] != "" {
 			ps = append(ps, device.Problem{
@@ -531,17 +510,17 @@ func (d *run) tpuEnvProblems() []device.Problem {
 		}
 		return ps
 	}
-	pciGen := ""
+	var pciChip *tpuModel
 	for _, f := range d.pci {
 		if f.isTPU() {
-			pciGen = tpuPCI[f.device].gen
+			pciChip = f.tpu
 			break
 		}
 	}
-	if t.Generation != "" && pciGen != "" && t.Generation != pciGen {
+	if t.Generation != "" && pciChip != nil && len(pciChip.cands) > 0 && !slices.Contains(pciChip.generations(), t.Generation) {
 		ps = append(ps, device.Problem{
 			Code: "tpu-generation-mismatch", Severity: device.SeverityWarning,
-			Message: fmt.Sprintf("accelerator type %s (%s) says %s but the PCI bus has %s chips", t.AcceleratorType, t.Sources["accelerator_type"], t.Generation, pciGen),
+			Message: fmt.Sprintf("accelerator type %s (%s) says %s but the PCI bus has %s chips", t.AcceleratorType, t.Sources["accelerator_type"], t.Generation, strings.Join(pciChip.generations(), " or ")),
 			Fix:     "correct TPU_ACCELERATOR_TYPE, or check that the pod landed on the intended node pool",
 		})
 	}
@@ -554,14 +533,14 @@ func (d *run) tpuEnvProblems() []device.Problem {
 			})
 		}
 	}
-	if t.Topology != "" && t.AcceleratorType != "" {
-		if n, err := dimsProduct(t.Topology, "x"); err == nil {
-			if at, err := ParseAcceleratorType(t.AcceleratorType); err == nil && at.Chips > 0 && at.Chips != n {
-				ps = append(ps, device.Problem{
-					Code: "tpu-topology-mismatch", Severity: device.SeverityWarning,
-					Message: fmt.Sprintf("topology %s has %d chips but accelerator type %s has %d", t.Topology, n, t.AcceleratorType, at.Chips),
-				})
-			}
+	if t.Generation != "" && d.tpuTopoErr == nil && t.Topology != "" {
+		if topo, err := catalog.ParseTopology(t.Topology); err == nil && topo.Chips() != t.SliceChips {
+			ps = append(ps, device.Problem{
+				Code: "tpu-topology-mismatch", Severity: device.SeverityWarning,
+				Message: fmt.Sprintf("topology %s (%s) has %d chips but accelerator type %s (%s) has %d",
+					t.Topology, t.Sources["topology"], topo.Chips(), t.AcceleratorType, t.Sources["accelerator_type"], t.SliceChips),
+				Fix: "correct TPU_TOPOLOGY or TPU_ACCELERATOR_TYPE so that they describe the same slice",
+			})
 		}
 	}
 	if t.WorkerID != nil && t.Hosts > 0 && *t.WorkerID >= t.Hosts {
@@ -581,8 +560,8 @@ func (d *run) hostProblems() []device.Problem {
 	late := false
 	for _, f := range d.pci {
 		if f.isTPU() {
-			switch tpuPCI[f.device].gen {
-			case "v5e", "v5p", "v6e", "tpu7x":
+			gen, _, _ := f.tpu.resolve(d.rep.TPU.Generation)
+			if tpuHostFacts[gen].thpAlways {
 				late = true
 			}
 		}
@@ -610,4 +589,24 @@ func bracketed(s string) string {
 		return ""
 	}
 	return s[i+1 : j]
+}
+
+// invalidAccelTypeProblem reports an accelerator type the catalog rejects,
+// naming the value, where it came from and the catalog's reason.
+func invalidAccelTypeProblem(value, source string, err error) device.Problem {
+	reason := err.Error()
+	var ie *catalog.InvalidAcceleratorTypeError
+	if errors.As(err, &ie) {
+		reason = ie.Reason
+	}
+	fix := "set TPU_ACCELERATOR_TYPE to a Cloud TPU accelerator type <type>-<size>, for example v4-8, v5litepod-8, v5p-8, v6e-8 or tpu7x-8, or unset it"
+	if strings.HasPrefix(source, "metadata:") {
+		fix = "the metadata server reported a type tensorbridge's catalog (package catalog) does not accept; " +
+			"if it names a TPU generation newer than the catalog, the catalog needs an entry for it"
+	}
+	return device.Problem{
+		Code: "tpu-accelerator-type-invalid", Severity: device.SeverityWarning,
+		Message: fmt.Sprintf("TPU accelerator type %q (%s) is not valid: %s; the slice's generation, chips and TensorCores are unknown", value, source, reason),
+		Fix:     fix,
+	}
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Writes the synthetic host fixtures under testdata/hosts/<name>/.
+"""Writes the synthetic host fixtures under hosts/<name>/ beside this script
+(discover/discovertest/testdata/hosts, embedded by package discovertest).
 
 Each host's filesystem is stored as root.txtar (txtar: "-- path --" then the
-file's content; "-- path -> target --" is a symbolic link). The tests
-materialise it into a temporary directory, because PCI addresses contain ':'
+file's content; "-- path -> target --" is a symbolic link). discovertest
+materialises it into a temporary directory, because PCI addresses contain ':'
 (not allowed in Go module file paths) and /proc/<pid>/fd entries are links.
 Sidecar JSON files (env.json, metadata.json, nvml.json, nodes.json) sit next
 to it. Facts and their sources are in each host's SOURCE.md.
