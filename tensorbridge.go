@@ -43,10 +43,20 @@ import (
 
 	"github.com/tensorbridge/tensorbridge/cpu"
 	"github.com/tensorbridge/tensorbridge/device"
+	"github.com/tensorbridge/tensorbridge/discover"
 	"github.com/tensorbridge/tensorbridge/driver"
 	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/ir"
 )
+
+func init() {
+	// The cpu backend describes its device with discovery's CPU probe
+	// (model, cores, SIMD features, memory with the cgroup limit).
+	cpu.DescribeHost = func(ctx context.Context) (device.Info, error) {
+		d, _, err := discover.CPU(ctx, discover.Options{})
+		return d, err
+	}
+}
 
 // EnvBackend is the environment variable read when no backend is named.
 const EnvBackend = "TENSORBRIDGE_BACKEND"

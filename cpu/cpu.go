@@ -128,7 +128,11 @@ func (b *Backend) MemoryStats(ctx context.Context, deviceIndex int) (driver.Memo
 		return driver.MemoryStats{}, &errs.Error{Kind: errs.InvalidArgument, Backend: Name, Op: "memory stats",
 			Err: fmt.Errorf("device index %d out of range: the cpu backend has 1 device", deviceIndex)}
 	}
-	return processMemory()
+	devs, err := b.Devices(ctx)
+	if err != nil {
+		return driver.MemoryStats{}, err
+	}
+	return processMemory(devs[0].Memory.Total, devs[0].Memory.Source)
 }
 
 // CheckGraph refuses graphs holding a dtype simplego cannot execute. It must

@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"bufio"
-	"fmt"
 	"os"
 	"sort"
 	"strconv"
@@ -14,9 +13,10 @@ import (
 
 func sortStrings(s []string) { sort.Strings(s) }
 
-// processMemory reads resident memory from /proc/self/status and the limit
-// from the cgroup (v2 memory.max, v1 memory.limit_in_bytes), else MemTotal.
-func processMemory() (driver.MemoryStats, error) {
+// processMemory reads this process's resident and peak memory from
+// /proc/self/status; the limit is the host device's memory, which the CPU
+// probe sets to the cgroup limit where one applies.
+func processMemory(limit uint64, limitSource string) (driver.MemoryStats, error) {
 	st := driver.MemoryStats{Source: "/proc/self/status"}
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
@@ -36,9 +36,10 @@ func processMemory() (driver.MemoryStats, error) {
 			st.PeakBytesInUse = parseKB(v)
 		}
 	}
-	limit, src := memoryLimit()
 	st.BytesLimit = limit
-	st.Source += ", " + src
+	if limitSource != "" {
+		st.Source += ", limit from " + limitSource
+	}
 	return st, nil
 }
 
@@ -49,33 +50,4 @@ func parseKB(v string) uint64 {
 	}
 	n, _ := strconv.ParseUint(fields[0], 10, 64)
 	return n * 1024
-}
-
-// memoryLimit returns the smaller of the cgroup limit and physical memory.
-func memoryLimit() (uint64, string) {
-	total, src := uint64(0), ""
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && k == "MemTotal" {
-				total, src = parseKB(v), "/proc/meminfo"
-			}
-		}
-	}
-	for _, p := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		s := strings.TrimSpace(string(b))
-		if s == "max" {
-			continue
-		}
-		if n, err := strconv.ParseUint(s, 10, 64); err == nil && n > 0 && (total == 0 || n < total) {
-			total, src = n, "cgroup "+p
-		}
-	}
-	if src == "" {
-		src = "no limit found"
-	}
-	return total, fmt.Sprint(src)
 }
