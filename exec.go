@@ -201,6 +201,19 @@ func (e *Executable) Run(ctx context.Context, inputs ...*ir.Tensor) (outs []*ir.
 			return nil, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: problem,
 				Expected: e.inputs[i].String(), Got: got.String()}
 		}
+		// GoMLX ties a tensor to the first backend instance that used it;
+		// a tensor from another backend (or an earlier, closed one) is
+		// copied rather than refused.
+		if _, err := t.Buffer(e.b.drv.Engine(), 0); err != nil {
+			if !strings.Contains(err.Error(), "across different backend instances") {
+				return nil, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "value", Expected: "a valid tensor", Got: err.Error()}
+			}
+			c, cerr := t.LocalClone()
+			if cerr != nil {
+				return nil, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "value", Expected: "a tensor readable on the host", Got: cerr.Error()}
+			}
+			t = c
+		}
 		args[i] = t
 	}
 	e.mu.Lock()

@@ -41,6 +41,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/tensorbridge/tensorbridge/config"
 	"github.com/tensorbridge/tensorbridge/cpu"
 	"github.com/tensorbridge/tensorbridge/device"
 	"github.com/tensorbridge/tensorbridge/discover"
@@ -82,8 +83,10 @@ var knownBackends = map[string]string{
 type Option func(*openOptions)
 
 type openOptions struct {
-	driver driver.Options
-	getenv func(string) string
+	driver      driver.Options
+	getenv      func(string) string
+	settings    Settings
+	settingsSet bool
 }
 
 // WithConfig passes a backend-specific configuration string, as the part
@@ -93,9 +96,9 @@ func WithConfig(config string) Option {
 }
 
 // WithMemoryFraction limits the backend to a share of each device's memory,
-// in (0, 1]. The default is 0.9.
+// in (0, 1]. The default is 0.9. It is the MemoryFraction of Settings.
 func WithMemoryFraction(f float64) Option {
-	return func(o *openOptions) { o.driver.MemoryFraction = f }
+	return func(o *openOptions) { o.settings.MemoryFraction = f; o.settingsSet = true }
 }
 
 // WithGetenv replaces os.Getenv for reading TENSORBRIDGE_BACKEND; for tests.
@@ -108,6 +111,8 @@ type Backend struct {
 	drv       driver.Backend
 	selection Selection
 	devices   []device.Info
+	settings  EffectiveSettings
+	cacheState
 
 	mu     sync.Mutex
 	closed bool
@@ -120,13 +125,16 @@ func Backends() []string { return driver.Names() }
 // or "" for the TENSORBRIDGE_BACKEND environment variable, itself defaulting
 // to "auto".
 func Open(ctx context.Context, spec string, opts ...Option) (*Backend, error) {
-	o := openOptions{driver: driver.Options{MemoryFraction: 0.9}, getenv: os.Getenv}
+	o := openOptions{getenv: os.Getenv}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if f := o.driver.MemoryFraction; !(f > 0 && f <= 1) {
-		return nil, &errs.Error{Kind: errs.InvalidArgument, Op: "open",
-			Err: fmt.Errorf("memory fraction must be in (0, 1], got %g", f)}
+	if err := o.settings.Validate(); err != nil {
+		return nil, err
+	}
+	o.driver.MemoryFraction = o.settings.MemoryFraction
+	if o.driver.MemoryFraction == 0 {
+		o.driver.MemoryFraction = config.DefaultMemoryFraction
 	}
 	sel := Selection{Requested: spec}
 	if spec == "" {
@@ -216,7 +224,12 @@ func open(ctx context.Context, d driver.Driver, name string, sel Selection, o *o
 		return nil, err
 	}
 	sel.Chosen = name
-	return &Backend{drv: db, selection: sel, devices: devs}, nil
+	b = &Backend{drv: db, selection: sel, devices: devs}
+	if err := b.resolveSettings(ctx, o.settings); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return b, nil
 }
 
 // notBuiltIn explains an unregistered name: a known backend whose package
@@ -289,6 +302,9 @@ func (b *Backend) Close() error {
 		return &errs.Error{Kind: errs.FailedPrecondition, Backend: b.Name(), Op: "close", Err: ErrClosed}
 	}
 	b.closed = true
+	if b.disk != nil {
+		_ = b.disk.FlushStats(context.Background())
+	}
 	return b.drv.Close()
 }
 

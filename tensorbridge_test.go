@@ -77,7 +77,7 @@ func TestOpenSelection(t *testing.T) {
 		{name: "parallelism refused", spec: "cpu:parallelism=2", errParts: []string{"GOMAXPROCS"}},
 		{name: "config with auto", spec: "auto:x", errParts: []string{"cannot be given with auto"}},
 		{name: "bad memory fraction", spec: "cpu", opts: []tensorbridge.Option{tensorbridge.WithMemoryFraction(1.5)},
-			errParts: []string{"memory fraction must be in (0, 1], got 1.5"}},
+			errParts: []string{"memory fraction 1.5: expected a value in (0, 1]"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -22,7 +22,7 @@
 //
 //	MemoryStatser   per-device memory statistics from the runtime
 //	GraphChecker    rejects ops and dtypes before execution
-//	ErrorClassifier maps the runtime's errors to errs.Kind
+//	DiskCacher      stores serialized executables across processes
 package driver
 
 import (
@@ -31,6 +31,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/tensorbridge/tensorbridge/cache"
 	"github.com/tensorbridge/tensorbridge/device"
 	"github.com/tensorbridge/tensorbridge/ir"
 )
@@ -101,6 +102,14 @@ type MemoryStatser interface {
 // It returns an *errs.UnsupportedError naming the first such op or dtype.
 type GraphChecker interface {
 	CheckGraph(g *ir.Graph, outputs []*ir.Node) error
+}
+
+// DiskCacher is implemented by backends whose executables can be serialized:
+// with a disk cache set, a program compiled before (by any process sharing
+// the directory) is loaded instead of compiled. Without it, compiled
+// programs live only in memory.
+type DiskCacher interface {
+	SetDiskCache(d *cache.Disk, report func(error))
 }
 
 var (

@@ -49,6 +49,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gomlx/gomlx/backends"
 
@@ -315,6 +316,10 @@ type Backend struct {
 	once sync.Once
 	devs []device.Info
 	derr error
+
+	// diskHits and diskMisses count compiles answered by the disk cache
+	// (SetDiskCache) and compiles it had to run.
+	diskHits, diskMisses atomic.Int64
 }
 
 var (
