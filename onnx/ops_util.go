@@ -120,19 +120,26 @@ func sliceAxis(x *graph.Node, axis, start, end, step int) *graph.Node {
 // (any integer dtype and shape, already non-negative), giving shape
 // x.dims[:axis] + indices.dims + x.dims[axis+1:].
 func gatherAxis(x, indices *graph.Node, axis int) *graph.Node {
+	// The indices are flattened to one axis for the backend gather and the
+	// result reshaped after: GoMLX v0.26.0 checks the index-vector axis
+	// against the operand's rank, so indices of higher rank than the data
+	// would be refused.
 	xr := x.Rank()
-	ir_ := indices.Rank()
-	idx := graph.Reshape(indices, append(append([]int{}, indices.Shape().Dimensions...), 1)...)
+	idxDims := indices.Shape().Dimensions
+	n := numElems(idxDims)
+	idx := graph.Reshape(indices, n, 1)
 	var offsetAxes []int
-	for k := 0; k < axis; k++ {
-		offsetAxes = append(offsetAxes, k)
-	}
-	for k := axis + 1; k < xr; k++ {
-		offsetAxes = append(offsetAxes, k-1+ir_)
+	for k := 0; k < xr; k++ {
+		if k != axis {
+			offsetAxes = append(offsetAxes, k)
+		}
 	}
 	sizes := append([]int{}, x.Shape().Dimensions...)
 	sizes[axis] = 1
-	return graph.BackendGather(x, idx, ir_, offsetAxes, []int{axis}, []int{axis}, sizes, false)
+	out := graph.BackendGather(x, idx, 1, offsetAxes, []int{axis}, []int{axis}, sizes, false)
+	xd := x.Shape().Dimensions
+	final := append(append(append([]int{}, xd[:axis]...), idxDims...), xd[axis+1:]...)
+	return graph.Reshape(out, final...)
 }
 
 // gatherConst is gatherAxis with indices known at build time.
