@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/tensorbridge/tensorbridge/cache"
+	"github.com/tensorbridge/tensorbridge/config"
 	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/ir"
 	"github.com/tensorbridge/tensorbridge/onnx"
@@ -20,10 +22,13 @@ type ValueSpec = onnx.ValueSpec
 // distinct set of input shapes (and values of shape-determining inputs) and
 // keeps the executables in a bounded LRU. It is safe for concurrent use.
 type Model struct {
-	b     *Backend
-	path  string
-	m     *onnx.Model
-	execs *cache.Memory[*modelExec]
+	b       *Backend
+	path    string
+	m       *onnx.Model
+	execs   *cache.Memory[*modelExec]
+	buckets bucketPlan
+	bcfg    config.Buckets
+	exact   bool // bucketing off
 }
 
 // modelExec is one specialisation of a model, compiled.
@@ -37,11 +42,16 @@ type ModelOption func(*modelOptions)
 
 type modelOptions struct {
 	maxCompiled int
+	exact       bool
 }
 
 // WithMaxCompiled bounds how many shape specialisations stay compiled at
 // once (default 16); the least recently used is released beyond it.
 func WithMaxCompiled(n int) ModelOption { return func(o *modelOptions) { o.maxCompiled = n } }
+
+// WithExactShapes turns shape buckets off: every distinct input shape
+// compiles its own specialisation.
+func WithExactShapes() ModelOption { return func(o *modelOptions) { o.exact = true } }
 
 // LoadModel reads an ONNX model and checks it against the importer: an
 // unsupported op anywhere in the model is reported now, for the whole model
@@ -65,6 +75,9 @@ func (b *Backend) LoadModel(ctx context.Context, path string, opts ...ModelOptio
 	if err != nil {
 		return nil, err
 	}
+	if err := b.checkFits(ctx, path, m); err != nil {
+		return nil, err
+	}
 	execs, err := cache.NewMemory(cache.MemoryOptions[*modelExec]{
 		MaxEntries: o.maxCompiled,
 		Release:    func(_ string, e *modelExec) { _ = e.exe.Close() },
@@ -72,7 +85,17 @@ func (b *Backend) LoadModel(ctx context.Context, path string, opts ...ModelOptio
 	if err != nil {
 		return nil, err
 	}
-	return &Model{b: b, path: path, m: m, execs: execs}, nil
+	return &Model{b: b, path: path, m: m, execs: execs, exact: o.exact, bcfg: b.settings.Buckets,
+		buckets: planBuckets(m.Inputs(), m.Outputs(), m.ValueInputs())}, nil
+}
+
+// Buckets says which symbolic dimensions are padded up to buckets and why
+// the others are compiled exactly.
+func (m *Model) Buckets() string {
+	if m.exact {
+		return "off (exact shapes)"
+	}
+	return m.buckets.String()
 }
 
 // Path returns the file the model was loaded from.
@@ -99,10 +122,12 @@ func (m *Model) Run(ctx context.Context, inputs map[string]*ir.Tensor) (map[stri
 	if err != nil {
 		return nil, err
 	}
-	key := specialisationKey(shapes, values)
-	me, done, err := m.execs.GetOrCompile(ctx, key, func(ctx context.Context) (*modelExec, int64, error) {
-		return m.compile(ctx, shapes, values)
-	})
+	real := m.dimValues(shapes)
+	inputs, shapes, err = m.pad(inputs, shapes)
+	if err != nil {
+		return nil, err
+	}
+	me, done, err := m.specialisation(ctx, shapes, values)
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +147,9 @@ func (m *Model) Run(ctx context.Context, inputs map[string]*ir.Tensor) (map[stri
 	outs := make(map[string]*ir.Tensor, len(res))
 	for i, spec := range m.m.Outputs() {
 		t, err := onnx.ToModelDType(res[i], spec.DType)
+		if err == nil {
+			t, err = m.unpad(t, spec, real)
+		}
 		if err != nil {
 			return nil, &errs.Error{Kind: errs.Internal, Backend: m.b.Name(), Op: "run model",
 				Err: fmt.Errorf("output %q: %w", spec.Name, err)}
@@ -129,6 +157,133 @@ func (m *Model) Run(ctx context.Context, inputs map[string]*ir.Tensor) (map[stri
 		outs[spec.Name] = t
 	}
 	return outs, nil
+}
+
+// specialisation returns the compiled executable for these (padded)
+// shapes, compiling it once however many callers ask at the same time.
+func (m *Model) specialisation(ctx context.Context, shapes map[string][]int, values map[string]*ir.Tensor) (*modelExec, func(), error) {
+	key := specialisationKey(shapes, values)
+	return m.execs.GetOrCompile(ctx, key, func(ctx context.Context) (*modelExec, int64, error) {
+		if t := m.b.settings.CompileTimeout; t > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, t)
+			defer cancel()
+		}
+		return m.compile(ctx, shapes, values)
+	})
+}
+
+// dimValues maps each symbolic dimension to its size in these inputs.
+func (m *Model) dimValues(shapes map[string][]int) map[string]int {
+	out := map[string]int{}
+	for _, s := range m.m.Inputs() {
+		for i, d := range s.Dims {
+			if d.Param != "" && i < len(shapes[s.Name]) {
+				out[d.Param] = shapes[s.Name][i]
+			}
+		}
+	}
+	return out
+}
+
+// pad pads the inputs along bucketed dimensions (not the inputs whose
+// values set shapes) and returns them with their new shapes.
+func (m *Model) pad(inputs map[string]*ir.Tensor, shapes map[string][]int) (map[string]*ir.Tensor, map[string][]int, error) {
+	if m.exact || len(m.buckets.dims) == 0 {
+		return inputs, shapes, nil
+	}
+	padded, _, err := m.buckets.bucketShapes(m.m.Inputs(), shapes, m.bcfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make(map[string]*ir.Tensor, len(inputs))
+	for name, t := range inputs {
+		p, err := padTensor(t, padded[name])
+		if err != nil {
+			return nil, nil, &errs.InputError{Name: name, Problem: "value", Expected: fmt.Sprint(padded[name]), Got: err.Error()}
+		}
+		out[name] = p
+	}
+	return out, padded, nil
+}
+
+// unpad slices an output back along its bucketed dimensions.
+func (m *Model) unpad(t *ir.Tensor, spec ValueSpec, real map[string]int) (*ir.Tensor, error) {
+	if m.exact || len(m.buckets.dims) == 0 {
+		return t, nil
+	}
+	dims := append([]int(nil), t.Shape().Dimensions...)
+	changed := false
+	for i, d := range spec.Dims {
+		if i < len(dims) && d.Param != "" && m.buckets.dims[d.Param] {
+			if n, ok := real[d.Param]; ok && n != dims[i] {
+				dims[i] = n
+				changed = true
+			}
+		}
+	}
+	if !changed {
+		return t, nil
+	}
+	return sliceTensor(t, dims)
+}
+
+// WarmupProgress is called after each specialisation Warmup compiles.
+type WarmupProgress func(done, total int, dims map[string]int, took time.Duration, err error)
+
+// Warmup compiles, ahead of the first request, the specialisation each
+// assignment of symbolic dimensions needs (after bucketing), so that
+// serving starts without compile stalls. It returns how many were compiled
+// (already compiled ones are not counted) and the first error.
+func (m *Model) Warmup(ctx context.Context, dims []map[string]int, progress WarmupProgress) (int, error) {
+	if len(m.m.ValueInputs()) > 0 {
+		return 0, &errs.UnsupportedError{What: "feature", Name: "warmup",
+			Detail: fmt.Sprintf("inputs %v set shapes from their values, which warmup cannot know", m.m.ValueInputs())}
+	}
+	compiled := 0
+	for k, assign := range dims {
+		start := time.Now()
+		shapes := map[string][]int{}
+		for _, s := range m.m.Inputs() {
+			var ds []int
+			for _, d := range s.Dims {
+				switch {
+				case d.Param != "":
+					n, ok := assign[d.Param]
+					if !ok {
+						return compiled, &errs.InputError{Name: s.Name, Problem: "dimension",
+							Expected: "a size for " + d.Param, Got: fmt.Sprint(assign)}
+					}
+					ds = append(ds, n)
+				default:
+					ds = append(ds, d.Value)
+				}
+			}
+			shapes[s.Name] = ds
+		}
+		if !m.exact && len(m.buckets.dims) > 0 {
+			padded, _, err := m.buckets.bucketShapes(m.m.Inputs(), shapes, m.bcfg)
+			if err != nil {
+				return compiled, err
+			}
+			shapes = padded
+		}
+		before := m.execs.Stats().Misses
+		_, done, err := m.specialisation(ctx, shapes, nil)
+		if err == nil {
+			done()
+			if m.execs.Stats().Misses > before {
+				compiled++
+			}
+		}
+		if progress != nil {
+			progress(k+1, len(dims), assign, time.Since(start), err)
+		}
+		if err != nil {
+			return compiled, err
+		}
+	}
+	return compiled, nil
 }
 
 // Compiled reports how many specialisations are compiled now.
@@ -155,6 +310,8 @@ func (m *Model) checkInputs(inputs map[string]*ir.Tensor) (map[string][]int, map
 		}
 	}
 	shapes := map[string][]int{}
+	symbolic := map[string]int{}        // dimension name -> size
+	symbolicFrom := map[string]string{} // dimension name -> the input that set it
 	for _, s := range specs {
 		t, ok := inputs[s.Name]
 		if !ok || t == nil {
@@ -169,6 +326,14 @@ func (m *Model) checkInputs(inputs map[string]*ir.Tensor) (map[string][]int, map
 			return nil, nil, &errs.InputError{Name: s.Name, Problem: "shape", Expected: s.String(), Got: t.Shape().String()}
 		}
 		for i, d := range s.Dims {
+			if d.Param != "" && i < len(dims) {
+				if n, ok := symbolic[d.Param]; ok && n != dims[i] {
+					return nil, nil, &errs.InputError{Name: s.Name, Problem: "shape",
+						Expected: fmt.Sprintf("dimension %q = %d, as input %q has it", d.Param, n, symbolicFrom[d.Param]),
+						Got:      fmt.Sprintf("%d (shape %s)", dims[i], t.Shape())}
+				}
+				symbolic[d.Param], symbolicFrom[d.Param] = dims[i], s.Name
+			}
 			if d.Param == "" && d.Value >= 0 && i < len(dims) && dims[i] != d.Value {
 				return nil, nil, &errs.InputError{Name: s.Name, Problem: "shape",
 					Expected: fmt.Sprintf("%s (dimension %d is %d)", s, i, d.Value), Got: t.Shape().String()}

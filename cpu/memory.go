@@ -51,3 +51,9 @@ func parseKB(v string) uint64 {
 	n, _ := strconv.ParseUint(fields[0], 10, 64)
 	return n * 1024
 }
+
+// ResidentBytes is this process's resident memory (VmRSS).
+func ResidentBytes() (uint64, error) {
+	st, err := processMemory(0, "")
+	return st.BytesInUse, err
+}

@@ -10,6 +10,9 @@ type ParameterStats struct {
 	Elements      int64
 	Bytes         int64
 	FloatElements int64
+	// Float32Elements are the float32 elements, which a 16-bit precision
+	// halves.
+	Float32Elements int64
 }
 
 // Parameters returns the model's parameter counts.
@@ -21,6 +24,9 @@ func (m *Model) Parameters() ParameterStats {
 		s.Tensors++
 		s.Elements += n
 		s.Bytes += n * int64(dt.Size())
+		if dt == ir.Float32 {
+			s.Float32Elements += n
+		}
 		if dt == ir.Float32 || dt == ir.Float16 || dt == ir.BFloat16 || dt == ir.Float64 {
 			s.FloatElements += n
 		}

@@ -1,0 +1,178 @@
+package tensorbridge_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/tensorbridge/tensorbridge"
+	"github.com/tensorbridge/tensorbridge/cpu"
+	"github.com/tensorbridge/tensorbridge/ir"
+)
+
+func modelPath(name string) string { return filepath.Join("testdata", "models", name+".onnx") }
+
+// rows returns rows [0, n) of a [batch, k] float32 tensor.
+func rows(t *testing.T, x *ir.Tensor, n int) *ir.Tensor {
+	d := x.Shape().Dimensions
+	flat := tensors.MustCopyFlatData[float32](x)
+	return tensors.FromFlatDataAndDimensions(flat[:n*d[1]], n, d[1])
+}
+
+// Batches 3 and 4 share the bucket 4: one compile; the padding is sliced
+// off, and each row still matches PyTorch's output for that row.
+func TestBucketsShareACompile(t *testing.T) {
+	ctx := context.Background()
+	b := openTest(t)
+	m, err := b.LoadModel(ctx, modelPath("mlp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	x := readNPY(t, filepath.Join("testdata", "models", "mlp.b.input_0.npy"))   // [5, 64]
+	ref := readNPY(t, filepath.Join("testdata", "models", "mlp.b.output_0.npy")) // [5, 10]
+	for _, n := range []int{3, 4} {
+		out, err := m.Run(ctx, map[string]*ir.Tensor{"x": rows(t, x, n)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := relL2(t, out["log_probs"], rows(t, ref, n)); e > 1e-5 {
+			t.Fatalf("batch %d: relative L2 %.3g", n, e)
+		}
+	}
+	if m.Compiled() != 1 {
+		t.Fatalf("%d specialisations compiled, want 1 (batches 3 and 4 share bucket 4)", m.Compiled())
+	}
+}
+
+func TestBucketPlans(t *testing.T) {
+	ctx := context.Background()
+	b := openCPU(t)
+	tests := []struct{ model, want string }{
+		{"mlp", "batch: bucketed"},
+		{"tiny_resnet", "batch: bucketed"},
+		// sequence is padded because attention_mask masks the padding out
+		{"bert_tiny", "batch: bucketed; sequence: bucketed"},
+	}
+	for _, tc := range tests {
+		m, err := b.LoadModel(ctx, modelPath(tc.model))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.Buckets(); got != tc.want {
+			t.Errorf("%s: buckets %q, want %q", tc.model, got, tc.want)
+		}
+		m.Close()
+	}
+	m, err := b.LoadModel(ctx, modelPath("mlp"), tensorbridge.WithExactShapes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Buckets(); !strings.HasPrefix(got, "off") {
+		t.Errorf("WithExactShapes: %q", got)
+	}
+}
+
+func TestWarmup(t *testing.T) {
+	ctx := context.Background()
+	b := openTest(t)
+	m, err := b.LoadModel(ctx, modelPath("bert_tiny"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var calls int
+	n, err := m.Warmup(ctx, []map[string]int{
+		{"batch": 1, "sequence": 16},
+		{"batch": 1, "sequence": 9}, // bucket 16: already compiled
+		{"batch": 3, "sequence": 16},
+	}, func(done, total int, dims map[string]int, took time.Duration, err error) {
+		calls++
+		if done != calls || total != 3 || err != nil {
+			t.Errorf("progress(%d, %d, %v, %v)", done, total, dims, err)
+		}
+	})
+	if err != nil || n != 2 || calls != 3 || m.Compiled() != 2 {
+		t.Fatalf("Warmup = %d, %v (calls %d, compiled %d); want 2 compiled", n, err, calls, m.Compiled())
+	}
+	_, err = m.Warmup(ctx, []map[string]int{{"batch": 1}}, nil)
+	var ie *tensorbridge.InputError
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "sequence") {
+		t.Fatalf("warmup without sequence: %v, want an InputError naming it", err)
+	}
+}
+
+// A model whose weights exceed the budget is refused at load, before any
+// compile, with the bytes needed against the bytes available.
+func TestMemoryFitCheck(t *testing.T) {
+	ctx := context.Background()
+	b, err := tensorbridge.Open(ctx, testBackend(), tensorbridge.WithMemoryFraction(1e-9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	_, err = b.LoadModel(ctx, modelPath("mlp"))
+	var oom *tensorbridge.OutOfMemoryError
+	if !errors.As(err, &oom) || !errors.Is(err, tensorbridge.ErrOutOfMemory) {
+		t.Fatalf("err %v, want *OutOfMemoryError", err)
+	}
+	// mlp: 17226 float32 parameters (testdata/models/mlp.json) = 68904 bytes.
+	if oom.Needed != 17226*4 || oom.Available >= oom.Needed {
+		t.Fatalf("needed %d available %d, want needed 68904 > available", oom.Needed, oom.Available)
+	}
+	bud, err := b.Budget(ctx)
+	if err != nil || bud.Limit == 0 || bud.Fraction != 1e-9 {
+		t.Fatalf("budget %+v, %v", bud, err)
+	}
+}
+
+// Loading, running and closing a model many times does not grow memory.
+// Reports the measurement; fails only on growth far beyond noise.
+func TestModelLoadLoopMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loop measurement skipped in -short mode")
+	}
+	ctx := context.Background()
+	b := openTest(t)
+	x := readNPY(t, filepath.Join("testdata", "models", "tiny_resnet.input_0.npy"))
+	cycle := func() {
+		m, err := b.LoadModel(ctx, modelPath("tiny_resnet"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Run(ctx, map[string]*ir.Tensor{"image": x}); err != nil {
+			t.Fatal(err)
+		}
+		m.Close()
+	}
+	rss := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		n, err := cpu.ResidentBytes()
+		if err != nil {
+			t.Skip(err)
+		}
+		return n
+	}
+	for i := 0; i < 10; i++ { // allocator warm-up
+		cycle()
+	}
+	start := rss()
+	const n = 40
+	for i := 0; i < n; i++ {
+		cycle()
+	}
+	end := rss()
+	growth := int64(end) - int64(start)
+	t.Logf("RSS after warm-up %.1f MiB, after %d more load/run/close cycles %.1f MiB: %+.2f MiB (%+.1f KiB per cycle)",
+		float64(start)/(1<<20), n, float64(end)/(1<<20), float64(growth)/(1<<20), float64(growth)/1024/n)
+	if growth > 64<<20 {
+		t.Fatalf("memory grew by %d bytes over %d cycles", growth, n)
+	}
+}
