@@ -24,7 +24,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	verbose := fs.Bool("verbose", false, "list every failing case")
 	timeout := fs.Duration("timeout", 2*time.Minute, "per-case timeout")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, reorder(args)); err != nil {
+	if err := parse(fs, reorder(fs, args)); err != nil {
 		return err
 	}
 	dir := conformance.DefaultDir()

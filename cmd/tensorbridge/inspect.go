@@ -41,7 +41,7 @@ type inspection struct {
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("inspect", stderr, "MODEL [--json]")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, reorder(args)); err != nil {
+	if err := parse(fs, reorder(fs, args)); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {

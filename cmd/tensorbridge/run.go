@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -34,18 +35,27 @@ func runModel(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	backend := fs.String("backend", "", "backend name or auto (default: $TENSORBRIDGE_BACKEND, else auto)")
 	outDir := fs.String("output-dir", "", "write each output as NAME.npy into this directory")
 	asJSON := fs.Bool("json", false, "print the outputs' summary as JSON")
-	if err := parse(fs, reorder(args)); err != nil {
+	var sf settingsFlags
+	addSettingsFlags(fs, &sf)
+	if err := parse(fs, reorder(fs, args)); err != nil {
+		return err
+	}
+	settings, err := sf.settings()
+	if err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
 		return usageErr("want exactly one MODEL argument, got %d", fs.NArg())
 	}
 	modelPath := fs.Arg(0)
-	b, err := tensorbridge.Open(ctx, *backend)
+	b, err := tensorbridge.Open(ctx, *backend, tensorbridge.WithSettings(settings))
 	if err != nil {
 		return err
 	}
 	defer b.Close()
+	if sf.printConfig {
+		fmt.Fprintf(stderr, "backend %s\n%s", b.Name(), b.Settings())
+	}
 	m, err := b.LoadModel(ctx, modelPath)
 	if err != nil {
 		return err
@@ -133,9 +143,10 @@ func runModel(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// reorder moves flags after positional arguments in front of them, so
-// "run MODEL --input x=f" parses as the user meant.
-func reorder(args []string) []string {
+// reorder moves flags given after positional arguments in front of them,
+// so "run MODEL --input x=f" parses as meant. It asks fs which flags are
+// boolean (they take no separate value).
+func reorder(fs *flag.FlagSet, args []string) []string {
 	var flags, pos []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -143,25 +154,27 @@ func reorder(args []string) []string {
 			pos = append(pos, args[i+1:]...)
 			break
 		}
-		if strings.HasPrefix(a, "-") && len(a) > 1 {
-			flags = append(flags, a)
-			if !strings.Contains(a, "=") && i+1 < len(args) && !isBoolFlag(a) {
-				flags = append(flags, args[i+1])
-				i++
-			}
+		if !strings.HasPrefix(a, "-") || len(a) == 1 {
+			pos = append(pos, a)
 			continue
 		}
-		pos = append(pos, a)
+		flags = append(flags, a)
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		isBool := false
+		if f := fs.Lookup(name); f != nil {
+			if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+				isBool = true
+			}
+		}
+		if !isBool && i+1 < len(args) {
+			flags = append(flags, args[i+1])
+			i++
+		}
 	}
 	return append(flags, pos...)
-}
-
-func isBoolFlag(a string) bool {
-	switch strings.TrimLeft(a, "-") {
-	case "json", "h", "help", "no-metadata", "v":
-		return true
-	}
-	return false
 }
 
 // readTensorFile reads a .npy file or a serialized ONNX TensorProto.
