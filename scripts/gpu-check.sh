@@ -2,9 +2,9 @@
 # GPU check for a Linux NVIDIA host with the jax-cuda PJRT plugin installed
 # (pip install jax-cuda13-pjrt, or jax-cuda12-pjrt):
 #   1. lists the devices the cuda backend reports, with attributes and memory;
-#   2. runs the portable API's tests on cuda (reference models against PyTorch);
-#   3. runs the ONNX conformance suite on cuda;
-#   4. measures bf16 (and f32) matrix-product throughput in TFLOP/s.
+#   2. measures bf16 (and f32) matrix-product throughput in TFLOP/s;
+#   3. runs the portable API's tests on cuda (reference models against PyTorch);
+#   4. runs the ONNX conformance suite on cuda.
 #
 # With Go installed it builds what it needs; on a host without Go, build here
 # first and copy the results over:
@@ -53,6 +53,12 @@ echo "== tensorbridge devices --backend cuda"
 echo "== tensorbridge doctor"
 "$bin/tensorbridge" doctor --no-metadata
 
+echo "== matrix products"
+for n in 4096 8192; do
+  "$bin/tensorbridge" matmul --backend cuda --dtype bfloat16 --n $n --iters 30
+done
+"$bin/tensorbridge" matmul --backend cuda --dtype float32 --n 8192 --iters 10
+
 echo "== portable API tests on cuda"
 TENSORBRIDGE_TEST_BACKEND=cuda "$bin/tensorbridge.test" -test.v -test.count=1 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+model_test)' | grep -v '=== RUN'
 
@@ -60,10 +66,4 @@ echo "== ONNX conformance on cuda"
 tmp=$(mktemp -d)
 tar -C "$tmp" -xJf "$bin/onnx-testdata.tar.xz"
 "$bin/tensorbridge" conformance "$tmp" --backend cuda --reasons 30
-
-echo "== matrix products"
-for n in 4096 8192; do
-  "$bin/tensorbridge" matmul --backend cuda --dtype bfloat16 --n $n --iters 30
-done
-"$bin/tensorbridge" matmul --backend cuda --dtype float32 --n 8192 --iters 10
 rm -rf "$tmp"
