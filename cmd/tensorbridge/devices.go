@@ -83,7 +83,9 @@ func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 		defer b.Close()
-		out.Backend = &backendDevices{Selection: b.Selection(), Devices: b.Devices()}
+		bd := b.Devices()
+		enrichFromCatalog(bd)
+		out.Backend = &backendDevices{Selection: b.Selection(), Devices: bd}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -100,10 +102,10 @@ func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) er
 func enrichFromCatalog(devs []device.Info) {
 	for i := range devs {
 		d := &devs[i]
-		if d.Generation == "" {
-			continue
-		}
 		a, ok := catalog.Lookup(d.Generation)
+		if !ok && d.Platform != device.CPU {
+			a, ok = catalog.ByDeviceKind(d.Kind) // a runtime's device_kind
+		}
 		if !ok {
 			continue
 		}
