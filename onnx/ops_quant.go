@@ -1,0 +1,421 @@
+package onnx
+
+import (
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/tensorbridge/tensorbridge/ir"
+	"github.com/tensorbridge/tensorbridge/onnx/onnxpb"
+)
+
+// Quantization ops: QuantizeLinear, DequantizeLinear and
+// DynamicQuantizeLinear, and the integer kernels MatMulInteger,
+// ConvInteger, QLinearMatMul and QLinearConv.
+//
+// Integer products accumulate in Int32 after subtracting the zero points,
+// as the operator specifications require ("accumulation may overflow if
+// and only if in 32 bits"), so results are exact. Requantisation computes
+// acc·(scale_a·scale_b/scale_y) in Float32, rounds half to even, then adds
+// the output zero point and saturates (the order QuantizeLinear defines:
+// saturate(round(x/y_scale) + y_zero_point)).
+//
+// Supported quantized types are int8, uint8, int16 and uint16 (and int32
+// as a DequantizeLinear input). Float8, int4 and uint4 tensors are refused
+// when the model is read: the importer has no dtype for them.
+
+func init() {
+	for _, v := range []int{10, 13, 19, 21} {
+		register("QuantizeLinear", v, quantizeLinearConv(v))
+		register("DequantizeLinear", v, dequantizeLinearConv(v))
+	}
+	register("DynamicQuantizeLinear", 11, convDynamicQuantizeLinear)
+	register("MatMulInteger", 10, convMatMulInteger)
+	register("ConvInteger", 10, convConvInteger)
+	register("QLinearMatMul", 10, convQLinearMatMul)
+	register("QLinearConv", 10, convQLinearConv)
+}
+
+// quantRange returns the saturation bounds of an integer quantized dtype.
+func quantRange(dt ir.DType) (lo, hi float64, ok bool) {
+	switch dt {
+	case ir.Int8:
+		return -128, 127, true
+	case ir.Uint8:
+		return 0, 255, true
+	case ir.Int16:
+		return -32768, 32767, true
+	case ir.Uint16:
+		return 0, 65535, true
+	}
+	return 0, 0, false
+}
+
+// quantAxisParam broadcasts a scale or zero point p onto dims: a one
+// element tensor is per-tensor; a vector is per-axis along axis; a tensor
+// of x's rank is blocked along axis with block elements per value (block
+// > 0). what names the input for errors.
+func quantAxisParam(c *opCtx, p *graph.Node, dims []int, axis, block int, what string) *graph.Node {
+	pd := p.Shape().Dimensions
+	if numElems(pd) == 1 && (len(pd) <= 1 || block == 0) {
+		return broadcastNodeTo(graph.Reshape(p), dims)
+	}
+	if block > 0 {
+		if len(pd) != len(dims) {
+			c.fail("%s: blocked quantization needs rank %d like the input, got %s", what, len(dims), p.Shape())
+		}
+		for k := range dims {
+			if k == axis {
+				continue
+			}
+			if pd[k] != dims[k] {
+				c.fail("%s: shape %v must match the input %v except on axis %d", what, pd, dims, axis)
+			}
+		}
+		if want := (dims[axis] + block - 1) / block; pd[axis] != want {
+			c.fail("%s: %d blocks on axis %d, expected ceil(%d/block_size %d) = %d", what, pd[axis], axis, dims[axis], block, want)
+		}
+		idx := make([]int, dims[axis])
+		for k := range idx {
+			idx[k] = k / block
+		}
+		return gatherConst(p, axis, idx)
+	}
+	if len(pd) != 1 {
+		c.fail("%s: expected a scalar or a 1-D tensor (or block_size for blocked quantization), got %s", what, p.Shape())
+	}
+	if pd[0] != dims[axis] {
+		c.fail("%s: %d values for axis %d of size %d", what, pd[0], axis, dims[axis])
+	}
+	shape := make([]int, len(dims))
+	for k := range shape {
+		shape[k] = 1
+	}
+	shape[axis] = pd[0]
+	return broadcastNodeTo(graph.Reshape(p, shape...), dims)
+}
+
+// quantAxisBlock reads axis and block_size for the opset: axis from 13,
+// block_size from 21. A rank-1 input always uses axis 0.
+func quantAxisBlock(c *opCtx, opset, rank int) (axis, block int) {
+	if rank == 0 {
+		return 0, 0
+	}
+	if opset >= 13 && rank > 1 {
+		axis = c.normAxis(c.attrInt("axis", 1), rank)
+	}
+	if opset >= 21 {
+		block = int(c.attrInt("block_size", 0))
+		if block < 0 {
+			c.fail("block_size must be positive, got %d", block)
+		}
+	}
+	return axis, block
+}
+
+// quantizeTo rounds v (Float32, already divided by the scale) half to even,
+// adds the zero point zp (Float32, or nil) and saturates to dt's range,
+// returning a dt node.
+func quantizeTo(v, zp *graph.Node, dt ir.DType) *graph.Node {
+	lo, hi, _ := quantRange(dt)
+	v = roundHalfEven(v)
+	if zp != nil {
+		v = graph.Add(v, zp)
+	}
+	v = graph.Min(graph.Max(v, scalarLikeB(v, lo)), scalarLikeB(v, hi))
+	return graph.ConvertDType(v, dt)
+}
+
+// quantF32 converts n to Float32 (Float16 values already are).
+func quantF32(n *graph.Node) *graph.Node {
+	if n.DType() == ir.Float32 {
+		return n
+	}
+	return graph.ConvertDType(n, ir.Float32)
+}
+
+func quantizeLinearConv(opset int) converterFunc {
+	return func(c *opCtx) error {
+		x := c.in(0)
+		dims := x.Shape().Dimensions
+		axis, block := quantAxisBlock(c, opset, len(dims))
+		out := ir.Uint8
+		if c.has(2) {
+			out = c.dtype(2)
+		}
+		if opset >= 21 {
+			if od := c.attrInt("output_dtype", 0); od != 0 {
+				dt, err := dtypeFromONNX(onnxpb.DataType(od))
+				if err != nil {
+					c.fail("output_dtype %d: %v", od, err)
+				}
+				if c.has(2) && dt != out {
+					c.fail("output_dtype %s does not match y_zero_point's dtype %s", dt, out)
+				}
+				out = dt
+			}
+		}
+		if _, _, ok := quantRange(out); !ok {
+			c.fail("quantizing to %s is not supported (int8, uint8, int16, uint16)", out)
+		}
+		if dt := c.dtype(0); dt != ir.Float32 && dt != ir.Float16 && dt != ir.BFloat16 && dt != ir.Float64 && dt != ir.Int32 {
+			c.fail("input x: expected a float or int32 tensor, got %s", dt)
+		}
+		scale := quantAxisParam(c, quantF32(c.in(1)), dims, axis, block, "y_scale")
+		var zp *graph.Node
+		if c.has(2) {
+			zp = quantAxisParam(c, graph.ConvertDType(c.in(2), ir.Float32), dims, axis, block, "y_zero_point")
+		}
+		c.setDT(0, quantizeTo(graph.Div(quantF32(x), scale), zp, out), out)
+		return nil
+	}
+}
+
+func dequantizeLinearConv(opset int) converterFunc {
+	return func(c *opCtx) error {
+		x := c.in(0)
+		dims := x.Shape().Dimensions
+		axis, block := quantAxisBlock(c, opset, len(dims))
+		xdt := c.dtype(0)
+		if _, _, ok := quantRange(xdt); !ok && xdt != ir.Int32 {
+			c.fail("input x: dequantizing %s is not supported (int8, uint8, int16, uint16, int32)", xdt)
+		}
+		sdt := c.dtype(1)
+		if !isFloatDT(sdt) {
+			c.fail("input x_scale: expected a float tensor, got %s", sdt)
+		}
+		// x - zero point is exact in Int64 (Int32 inputs) or Int32.
+		acc := ir.Int32
+		if xdt == ir.Int32 {
+			acc = ir.Int64
+		}
+		v := graph.ConvertDType(x, acc)
+		if c.has(2) {
+			if c.dtype(2) != xdt {
+				c.fail("x_zero_point's dtype %s differs from x's %s", c.dtype(2), xdt)
+			}
+			zp := quantAxisParam(c, graph.ConvertDType(c.in(2), acc), dims, axis, block, "x_zero_point")
+			v = graph.Sub(v, zp)
+		}
+		scale := c.in(1)
+		y := graph.Mul(graph.ConvertDType(v, ir.Float32), quantAxisParam(c, quantF32(scale), dims, axis, block, "x_scale"))
+		if gdt := graphDType(sdt); gdt != ir.Float32 {
+			y = graph.ConvertDType(y, gdt)
+		}
+		c.setDT(0, y, sdt)
+		return nil
+	}
+}
+
+// convDynamicQuantizeLinear quantizes a Float32 tensor to uint8 with a
+// scale and zero point computed from its range (extended to include 0).
+// When the range is empty (all zeros) the scale is 1/255, as in the ONNX
+// reference implementation, instead of the spec formula's 0, which would
+// divide by zero.
+func convDynamicQuantizeLinear(c *opCtx) error {
+	x := quantF32(c.in(0))
+	g := c.g
+	zero := graph.Scalar(g, ir.Float32, 0)
+	hi := graph.Max(graph.ReduceAllMax(x), zero)
+	lo := graph.Min(graph.ReduceAllMin(x), zero)
+	span := graph.Sub(hi, lo)
+	span = graph.Where(graph.Equal(span, zero), graph.Scalar(g, ir.Float32, 1), span)
+	scale := graph.Div(span, graph.Scalar(g, ir.Float32, 255))
+	zpf := graph.Sub(zero, graph.Div(lo, scale))
+	zpf = roundHalfEven(graph.Min(graph.Max(zpf, zero), graph.Scalar(g, ir.Float32, 255)))
+	dims := x.Shape().Dimensions
+	y := quantizeTo(graph.Div(x, broadcastNodeTo(scale, dims)), broadcastNodeTo(zpf, dims), ir.Uint8)
+	c.setDT(0, y, ir.Uint8)
+	c.setDT(1, scale, ir.Float32)
+	c.setDT(2, graph.ConvertDType(zpf, ir.Uint8), ir.Uint8)
+	return nil
+}
+
+// quantInt32 converts an 8-bit quantized operand to Int32 and subtracts
+// its zero point (input zpIdx, optional), which prepare shapes for the
+// operand's dims.
+func quantInt32(c *opCtx, k, zpIdx int, prepare func(zp *graph.Node) *graph.Node) *graph.Node {
+	dt := c.dtype(k)
+	if dt != ir.Int8 && dt != ir.Uint8 {
+		c.fail("input %d: expected int8 or uint8, got %s", k, dt)
+	}
+	v := graph.ConvertDType(c.in(k), ir.Int32)
+	if !c.has(zpIdx) {
+		return v
+	}
+	if c.dtype(zpIdx) != dt {
+		c.fail("input %d (zero point): dtype %s differs from input %d's %s", zpIdx, c.dtype(zpIdx), k, dt)
+	}
+	zp := prepare(graph.ConvertDType(c.in(zpIdx), ir.Int32))
+	return binaryBroadcast(v, zp, graph.Sub)
+}
+
+// quantRowParam shapes a per-row parameter of the left matmul operand a: a
+// vector of a's row count becomes a column [M, 1]; one element is a
+// scalar; anything else is used as given (numpy broadcasting).
+func quantRowParam(c *opCtx, p *graph.Node, aDims []int, what string) *graph.Node {
+	pd := p.Shape().Dimensions
+	if numElems(pd) == 1 {
+		return graph.Reshape(p)
+	}
+	if len(pd) == 1 && len(aDims) >= 2 {
+		if pd[0] != aDims[len(aDims)-2] {
+			c.fail("%s: %d values for %d rows", what, pd[0], aDims[len(aDims)-2])
+		}
+		return graph.Reshape(p, pd[0], 1)
+	}
+	return p
+}
+
+// quantColParam shapes a per-column parameter of the right operand b: a vector
+// broadcasts along the last axis; one element is a scalar.
+func quantColParam(c *opCtx, p *graph.Node, bDims []int, what string) *graph.Node {
+	pd := p.Shape().Dimensions
+	if numElems(pd) == 1 {
+		return graph.Reshape(p)
+	}
+	if len(pd) == 1 && pd[0] != bDims[len(bDims)-1] {
+		c.fail("%s: %d values for %d columns", what, pd[0], bDims[len(bDims)-1])
+	}
+	return p
+}
+
+func convMatMulInteger(c *opCtx) error {
+	ad, bd := c.dims(0), c.dims(1)
+	a := quantInt32(c, 0, 2, func(zp *graph.Node) *graph.Node { return quantRowParam(c, zp, ad, "a_zero_point") })
+	b := quantInt32(c, 1, 3, func(zp *graph.Node) *graph.Node { return quantColParam(c, zp, bd, "b_zero_point") })
+	c.setDT(0, matMul(a, b), ir.Int32)
+	return nil
+}
+
+// quantChannelParam shapes a per-output-channel parameter (scalar or [M]) for
+// a tensor of rank r whose channels are on axis: [M, 1, ...] for weights
+// (axis 0), [1, M, 1, ...] for NC... outputs (axis 1).
+func quantChannelParam(c *opCtx, p *graph.Node, m, rank, axis int, what string) *graph.Node {
+	pd := p.Shape().Dimensions
+	if numElems(pd) == 1 {
+		return graph.Reshape(p)
+	}
+	if len(pd) != 1 || pd[0] != m {
+		c.fail("%s: expected a scalar or %d values (one per output channel), got %s", what, m, p.Shape())
+	}
+	shape := make([]int, rank)
+	for k := range shape {
+		shape[k] = 1
+	}
+	shape[axis] = m
+	return graph.Reshape(p, shape...)
+}
+
+// quantIntConv convolves the Int32 operands x and w with the Conv attributes
+// of the node (padding with zeros, which is the zero point once it has
+// been subtracted).
+func quantIntConv(c *opCtx, x, w *graph.Node) *graph.Node {
+	if x.Rank() < 3 || w.Rank() != x.Rank() {
+		c.fail("x and w must have the same rank >= 3, got %s and %s", x.Shape(), w.Shape())
+	}
+	n := x.Rank() - 2
+	in := x.Shape().Dimensions[2:]
+	k := append([]int{}, w.Shape().Dimensions[2:]...)
+	if c.hasAttr("kernel_shape") {
+		if ks := intsAttrOr(c, "kernel_shape", n, 0); !equalInts(ks, k) {
+			c.fail("kernel_shape %v does not match w %s", ks, w.Shape())
+		}
+	}
+	s := intsAttrOr(c, "strides", n, 1)
+	d := intsAttrOr(c, "dilations", n, 1)
+	before, after := spatialPads(c, in, k, s, d)
+	pads := make([][2]int, n)
+	for a := range n {
+		pads[a] = [2]int{before[a], after[a]}
+	}
+	group := int(c.attrInt("group", 1))
+	if group < 1 || x.Shape().Dimensions[1] != w.Shape().Dimensions[1]*group {
+		c.fail("x has %d channels, w expects %d per group with group %d", x.Shape().Dimensions[1], w.Shape().Dimensions[1], group)
+	}
+	return graph.ConvGeneral(x, w, nchwAxes(n), s, pads, nil, d, group, 1)
+}
+
+func convConvInteger(c *opCtx) error {
+	wd := c.dims(1)
+	if len(wd) < 3 {
+		c.fail("w must have rank >= 3, got %v", wd)
+	}
+	x := quantInt32(c, 0, 2, func(zp *graph.Node) *graph.Node {
+		if numElems(zp.Shape().Dimensions) != 1 {
+			c.fail("x_zero_point must be a scalar, got %s", zp.Shape())
+		}
+		return graph.Reshape(zp)
+	})
+	w := quantInt32(c, 1, 3, func(zp *graph.Node) *graph.Node { return quantChannelParam(c, zp, wd[0], len(wd), 0, "w_zero_point") })
+	c.setDT(0, quantIntConv(c, x, w), ir.Int32)
+	return nil
+}
+
+// quantRequantize maps the Int32 accumulator acc to the output type of
+// y_zero_point (input yzpIdx): round(acc·mult) + y_zero_point, saturated.
+func quantRequantize(c *opCtx, acc, mult *graph.Node, yzpIdx int) *graph.Node {
+	out := c.dtype(yzpIdx)
+	if out != ir.Int8 && out != ir.Uint8 {
+		c.fail("y_zero_point: expected int8 or uint8, got %s", out)
+	}
+	zp := c.in(yzpIdx)
+	if numElems(zp.Shape().Dimensions) != 1 {
+		c.fail("y_zero_point must be a scalar, got %s", zp.Shape())
+	}
+	v := binaryBroadcast(graph.ConvertDType(acc, ir.Float32), mult, graph.Mul)
+	zpf := broadcastNodeTo(graph.ConvertDType(graph.Reshape(zp), ir.Float32), v.Shape().Dimensions)
+	return quantizeTo(v, zpf, out)
+}
+
+// quantScalar reads a one-element scale as a Float32 scalar.
+func quantScalar(c *opCtx, k int, what string) *graph.Node {
+	p := c.in(k)
+	if numElems(p.Shape().Dimensions) != 1 {
+		c.fail("%s must be a scalar, got %s", what, p.Shape())
+	}
+	return quantF32(graph.Reshape(p))
+}
+
+func convQLinearMatMul(c *opCtx) error {
+	ad, bd := c.dims(0), c.dims(3)
+	if len(ad) == 0 || len(bd) == 0 {
+		c.fail("a and b must have rank >= 1, got %v and %v", ad, bd)
+	}
+	a := quantInt32(c, 0, 2, func(zp *graph.Node) *graph.Node { return quantRowParam(c, zp, ad, "a_zero_point") })
+	b := quantInt32(c, 3, 5, func(zp *graph.Node) *graph.Node { return quantColParam(c, zp, bd, "b_zero_point") })
+	acc := matMul(a, b)
+	as := quantRowParam(c, quantF32(c.in(1)), ad, "a_scale")
+	bs := quantColParam(c, quantF32(c.in(4)), bd, "b_scale")
+	mult := binaryBroadcast(as, bs, graph.Mul)
+	mult = binaryBroadcast(mult, quantScalar(c, 6, "y_scale"), graph.Div)
+	y := quantRequantize(c, acc, mult, 7)
+	c.setDT(0, y, c.dtype(7))
+	return nil
+}
+
+func convQLinearConv(c *opCtx) error {
+	wd := c.dims(3)
+	if len(wd) < 3 {
+		c.fail("w must have rank >= 3, got %v", wd)
+	}
+	m := wd[0]
+	x := quantInt32(c, 0, 2, func(zp *graph.Node) *graph.Node {
+		if numElems(zp.Shape().Dimensions) != 1 {
+			c.fail("x_zero_point must be a scalar, got %s", zp.Shape())
+		}
+		return graph.Reshape(zp)
+	})
+	w := quantInt32(c, 3, 5, func(zp *graph.Node) *graph.Node { return quantChannelParam(c, zp, m, len(wd), 0, "w_zero_point") })
+	acc := quantIntConv(c, x, w)
+	if c.has(8) {
+		bias := c.in(8)
+		if bias.DType() != ir.Int32 || !equalInts(bias.Shape().Dimensions, []int{m}) {
+			c.fail("input B: expected int32 of shape [%d], got %s", m, bias.Shape())
+		}
+		acc = addChannelBias(acc, bias)
+	}
+	ws := quantChannelParam(c, quantF32(c.in(4)), m, acc.Rank(), 1, "w_scale")
+	mult := binaryBroadcast(quantScalar(c, 1, "x_scale"), ws, graph.Mul)
+	mult = binaryBroadcast(mult, quantScalar(c, 6, "y_scale"), graph.Div)
+	y := quantRequantize(c, acc, mult, 7)
+	c.setDT(0, y, c.dtype(7))
+	return nil
+}
