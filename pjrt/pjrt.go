@@ -15,6 +15,17 @@
 // directories and Python packages). Probe only looks for the file (and,
 // for accelerators, a device node); nothing is loaded until Open.
 //
+// # Plugin probe
+//
+// Before Open loads a plugin into the process, it loads it once in a child
+// process (ProbePlugin: this program's executable re-run with EnvProbe set;
+// this package's init function answers and exits before main). A plugin
+// that is truncated, built for another machine, missing a library, of
+// another PJRT API version, or that crashes or hangs while loading then
+// gives an *errs.UnavailableError wrapping a *ProbeError, instead of
+// killing the program. The result is cached per file version; set
+// TENSORBRIDGE_PJRT_NO_PROBE=1 to skip the child.
+//
 // GoMLX graphs are lowered to StableHLO by package pjrt/lower, compiled by
 // the plugin and run through the pure-Go PJRT binding of internal/capi: no
 // cgo. Engine is the GoMLX backend; Executable exposes the StableHLO text
@@ -142,8 +153,11 @@ func (d *Driver) FindPlugin() (discover.PluginFile, error) {
 	}
 	msg := fmt.Sprintf("no %s PJRT plugin (pjrt_c_api_%s_plugin.so) in %s or the Python package locations",
 		d.Kind.Plugin, d.Kind.Plugin, strings.Join(dirs, ", "))
-	if d.Kind.Name == "xla-cpu" || d.Kind.Name == "tpu" {
-		msg += fmt.Sprintf("; run scripts/install-plugins.sh %s", d.Kind.Name)
+	switch d.Kind.Name {
+	case "xla-cpu", "tpu":
+		msg += fmt.Sprintf("; run scripts/install-plugins.sh %s (or tensorbridge plugins install %s)", d.Kind.Name, d.Kind.Name)
+	case "cuda":
+		msg += "; run tensorbridge plugins install cuda"
 	}
 	if ferr != nil {
 		msg += fmt.Sprintf(" (search errors: %v)", ferr)
@@ -253,6 +267,17 @@ func (d *Driver) Open(ctx context.Context, opts *driver.Options) (driver.Backend
 	}
 	if len(d.Kind.Nodes) > 0 && len(d.deviceNodes()) == 0 {
 		return nil, &errs.UnavailableError{Name: name, Reason: fmt.Sprintf("no %s device (no %s)", d.Kind.Platform, strings.Join(d.Kind.Nodes, " or "))}
+	}
+	if err := checkPlugin(ctx, d.Kind.Plugin, path); err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		reason := "PJRT plugin " + path + " failed its load check (done in a child process, so this one is unharmed)"
+		var pe *ProbeError
+		if errors.As(err, &pe) && pe.Fix != "" {
+			reason += "; fix: " + strings.ReplaceAll(pe.Fix, "NAME", d.Kind.Name)
+		}
+		return nil, &errs.UnavailableError{Name: name, Reason: reason, Err: err}
 	}
 	quietPluginLogs()
 	plugin, err := capi.Load(path)

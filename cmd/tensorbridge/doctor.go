@@ -7,10 +7,12 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/tensorbridge/tensorbridge"
 	"github.com/tensorbridge/tensorbridge/device"
 	"github.com/tensorbridge/tensorbridge/discover"
+	"github.com/tensorbridge/tensorbridge/pjrt"
 )
 
 func init() {
@@ -37,8 +39,10 @@ const (
 )
 
 func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("doctor", stderr, "[--json] [--root DIR] [--no-metadata]")
+	fs := newFlags("doctor", stderr, "[--json] [--root DIR] [--no-metadata] [--no-probe] [--probe-timeout D]")
 	asJSON := fs.Bool("json", false, "print JSON")
+	noProbe := fs.Bool("no-probe", false, "do not load each PJRT plugin found in a child process to check it")
+	probeTimeout := fs.Duration("probe-timeout", 15*time.Second, "time allowed to load each plugin in its child process")
 	var df discoveryFlags
 	addDiscoveryFlags(fs, &df)
 	if err := parse(fs, args); err != nil {
@@ -51,7 +55,18 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	findings := diagnose(rep, tensorbridge.Backends())
+	// Each plugin file is loaded in a child process (never in this one), so
+	// a broken plugin is a finding, not a crash. A --root tree is another
+	// host's: its files are not loaded here.
+	var probeFinds []Finding
+	var probes map[string]*pjrt.ProbeResult
+	if !*noProbe && df.root == "" {
+		probeFinds, probes = probeFindings(ctx, rep.Plugins, *probeTimeout)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	findings := append(diagnose(rep, tensorbridge.Backends(), probes), probeFinds...)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -71,16 +86,18 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // Fixes that do not depend on the host.
 const (
-	fixInstallTPUPlugin  = "scripts/install-plugins.sh tpu   (installs libtpu from its PyPI wheel as a PJRT plugin)"
-	fixInstallCPUPlugin  = "scripts/install-plugins.sh xla-cpu   (installs XLA's CPU PJRT plugin from its PyPI wheel)"
-	fixInstallCUDAPlugin = "pip install jax-cuda12-pjrt (or jax-cuda13-pjrt for CUDA 13 drivers), or put xla_cuda_plugin.so in $TENSORBRIDGE_PLUGIN_PATH"
+	fixInstallTPUPlugin  = "tensorbridge plugins install tpu   (or scripts/install-plugins.sh tpu; installs libtpu from its PyPI wheel as a PJRT plugin)"
+	fixInstallCPUPlugin  = "tensorbridge plugins install xla-cpu   (or scripts/install-plugins.sh xla-cpu; installs XLA's CPU PJRT plugin from its PyPI wheel)"
+	fixInstallCUDAPlugin = "tensorbridge plugins install cuda   (the jax-cuda13-pjrt plugin; it also needs the CUDA 13 libraries, see its note), or put xla_cuda_plugin.so in $TENSORBRIDGE_PLUGIN_PATH"
 	fixInstallROCmPlugin = "pip install jax-rocm-pjrt, or put xla_rocm_plugin.so in $TENSORBRIDGE_PLUGIN_PATH"
 	fixGetTPU            = "run on a Cloud TPU VM, e.g. gcloud compute tpus tpu-vm create NAME --zone ZONE --accelerator-type v5litepod-8 --version v2-alpha-tpuv5-lite, then scripts/install-plugins.sh tpu"
 )
 
 // diagnose turns a discovery report into findings: one per backend area,
-// plus every device and host problem with its fix.
-func diagnose(rep *discover.Report, builtIn []string) []Finding {
+// plus every device and host problem with its fix. probes holds the
+// child-process probe of plugin files by path (nil when not probed); a
+// backend whose plugin failed it is a problem.
+func diagnose(rep *discover.Report, builtIn []string, probes map[string]*pjrt.ProbeResult) []Finding {
 	var out []Finding
 	add := func(f Finding) { out = append(out, f) }
 	plugin := func(name string) (discover.PluginFile, bool) {
@@ -90,6 +107,15 @@ func diagnose(rep *discover.Report, builtIn []string) []Finding {
 			}
 		}
 		return discover.PluginFile{}, false
+	}
+	// broken says why the plugin file fails its probe, "" if it passed or
+	// was not probed.
+	broken := func(pf discover.PluginFile) (string, string) {
+		r := probes[pf.Path]
+		if r == nil || r.OK() || r.Failure.Kind == pjrt.ProbeNotRun {
+			return "", ""
+		}
+		return r.Failure.Kind.Error() + ": " + r.Failure.Detail, probeFix(pf.Name, pf.Path, r.Failure)
 	}
 	pjrtBuilt := slices.Contains(builtIn, "xla-cpu")
 	pjrtNote := ""
@@ -146,7 +172,9 @@ func diagnose(rep *discover.Report, builtIn []string) []Finding {
 		if pi.p == device.TPU && rep.TPU.AcceleratorType != "" {
 			msg += fmt.Sprintf(" (slice %s)", rep.TPU.AcceleratorType)
 		}
-		if hasPlugin {
+		if why, fix := broken(pf); hasPlugin && why != "" {
+			add(Finding{Area: pi.plugin, Status: statusProblem, Message: msg + "; its plugin " + pf.Path + " does not load (" + why + ")", Fix: fix})
+		} else if hasPlugin {
 			add(Finding{Area: pi.plugin, Status: statusOK, Message: msg + "; plugin " + pf.Path + pjrtNote})
 		} else {
 			add(Finding{Area: pi.plugin, Status: statusProblem, Message: msg + ", but no " + pi.plugin + " PJRT plugin is on the search path" + pjrtNote, Fix: pi.fixPlg})
@@ -155,7 +183,11 @@ func diagnose(rep *discover.Report, builtIn []string) []Finding {
 
 	// XLA's CPU compiler.
 	if pf, ok := plugin("cpu"); ok {
-		add(Finding{Area: "xla-cpu", Status: statusOK, Message: "XLA CPU plugin " + pf.Path + pjrtNote})
+		if why, fix := broken(pf); why != "" {
+			add(Finding{Area: "xla-cpu", Status: statusProblem, Message: "XLA CPU plugin " + pf.Path + " does not load (" + why + ")", Fix: fix})
+		} else {
+			add(Finding{Area: "xla-cpu", Status: statusOK, Message: "XLA CPU plugin " + pf.Path + pjrtNote})
+		}
 	} else {
 		add(Finding{Area: "xla-cpu", Status: statusMissing, Message: "no XLA CPU PJRT plugin on the search path (optional: XLA compiles CPU code faster than the pure-Go backend runs it)", Fix: fixInstallCPUPlugin})
 	}
