@@ -90,7 +90,7 @@ const (
 	fixInstallCPUPlugin  = "tensorbridge plugins install xla-cpu   (or scripts/install-plugins.sh xla-cpu; installs XLA's CPU PJRT plugin from its PyPI wheel)"
 	fixInstallCUDAPlugin = "tensorbridge plugins install cuda   (the jax-cuda13-pjrt plugin; it also needs the CUDA 13 libraries, see its note), or put xla_cuda_plugin.so in $TENSORBRIDGE_PLUGIN_PATH"
 	fixInstallROCmPlugin = "pip install jax-rocm-pjrt, or put xla_rocm_plugin.so in $TENSORBRIDGE_PLUGIN_PATH"
-	fixGetTPU            = "run on a Cloud TPU VM, e.g. gcloud compute tpus tpu-vm create NAME --zone ZONE --accelerator-type v5litepod-8 --version v2-alpha-tpuv5-lite, then scripts/install-plugins.sh tpu"
+	fixGetTPU            = "run on a Cloud TPU VM, e.g. gcloud compute tpus tpu-vm create NAME --zone ZONE --accelerator-type v5litepod-8 --version v2-alpha-tpuv5-lite, then tensorbridge plugins install tpu"
 )
 
 // diagnose turns a discovery report into findings: one per backend area,
