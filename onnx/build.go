@@ -15,7 +15,8 @@ import (
 
 // Param is one graph parameter a Plan expects: a user input with its
 // concrete shape, in the dtype the graph computes it in (Float16 inputs are
-// Float32 parameters).
+// Float32 parameters; with a 16-bit compute precision, floating inputs are
+// parameters of that dtype: see Plan.PrepareInput).
 type Param struct {
 	Name  string
 	Shape ir.Shape
@@ -29,6 +30,7 @@ type Plan struct {
 	shapes map[string][]int      // every user input's concrete dims
 	values map[string]*ir.Tensor // value inputs
 	params []Param
+	prec   precisionMode
 }
 
 // Specialize fixes the model's input shapes. shapes gives the concrete
@@ -37,9 +39,23 @@ type Plan struct {
 // values of the model's value inputs (see ValueInputs), and may also give
 // values for other inputs, which are then folded into the graph as
 // constants. Every symbolic dimension must get one value across all
-// inputs; errors name the input and dimension.
+// inputs; errors name the input and dimension. The plan computes in the
+// model's own precision (SpecializeWith chooses another).
 func (m *Model) Specialize(shapes map[string][]int, values map[string]*ir.Tensor) (*Plan, error) {
-	p := &Plan{m: m, dims: map[string]int{}, shapes: map[string][]int{}, values: map[string]*ir.Tensor{}}
+	return m.SpecializeWith(shapes, values, SpecializeOptions{})
+}
+
+// SpecializeWith is Specialize with precision options: with a 16-bit
+// Compute dtype the plan's parameters for floating inputs take that dtype
+// (convert tensors with Plan.PrepareInput), initializers and constants are
+// rounded to it on the host, and Build's outputs keep the dtypes Specialize
+// would give them. Values for value inputs are given in the declared dtype.
+func (m *Model) SpecializeWith(shapes map[string][]int, values map[string]*ir.Tensor, opts SpecializeOptions) (*Plan, error) {
+	prec, err := opts.mode()
+	if err != nil {
+		return nil, err
+	}
+	p := &Plan{m: m, dims: map[string]int{}, shapes: map[string][]int{}, values: map[string]*ir.Tensor{}, prec: prec}
 	known := map[string]bool{}
 	for _, in := range m.inputs {
 		known[in.Name] = true
@@ -99,7 +115,7 @@ func (m *Model) Specialize(shapes map[string][]int, values map[string]*ir.Tensor
 		}
 		p.shapes[in.Name] = append([]int{}, dims...)
 		if _, isValue := p.values[in.Name]; !isValue {
-			p.params = append(p.params, Param{Name: in.Name, Shape: ir.MakeShape(graphDType(in.DType), dims...)})
+			p.params = append(p.params, Param{Name: in.Name, Shape: ir.MakeShape(prec.nodeDT(in.DType), dims...)})
 		}
 	}
 	for _, name := range m.valueInputs {
@@ -175,6 +191,13 @@ func (p *Plan) Model() *Model { return p.m }
 // (convert host tensors with ToGraphDType and ToModelDType). Failures,
 // GoMLX panics included, come back as errors naming the node.
 //
+// With a 16-bit compute precision (SpecializeWith), parameters are nodes
+// of Param's dtype and every output is converted in the graph to
+// GraphDType of its declared dtype (BFloat16 and Float16 to Float32 is
+// exact), so ToModelDType applies unchanged. A compute dtype the backend
+// cannot execute (Float16 on the pure-Go backend) is an
+// *errs.UnsupportedError.
+//
 // Some parameters may end up unused (an input only read for its shape).
 // The pure-Go backend of GoMLX v0.26.0 fails with an index-out-of-range
 // panic when executing a graph with a parameter no output depends on; Run
@@ -184,7 +207,11 @@ func (p *Plan) Build(g *ir.Graph, inputs map[string]*ir.Node) (outs map[string]*
 	if g == nil {
 		return nil, errors.New("onnx: Build needs a graph")
 	}
-	b := &builder{m: p.m, g: g, vals: map[string]*value{}}
+	if err := p.CheckEngine(g.Backend()); err != nil {
+		return nil, err
+	}
+	b := &builder{m: p.m, g: g, vals: map[string]*value{}, prec: p.prec,
+		emulate: p.prec.compute == ir.BFloat16 && bf16ConvertTruncates(g.Backend())}
 	for _, prm := range p.params {
 		n, ok := inputs[prm.Name]
 		if !ok || n == nil {
@@ -196,7 +223,7 @@ func (p *Plan) Build(g *ir.Graph, inputs map[string]*ir.Node) (outs map[string]*
 		dt := prm.Shape.DType
 		for _, in := range p.m.inputs {
 			if in.Name == prm.Name {
-				dt = in.DType
+				dt = p.prec.logicalDT(in.DType)
 			}
 		}
 		b.vals[prm.Name] = &value{name: prm.Name, dt: dt, node: n}
@@ -212,13 +239,14 @@ func (p *Plan) Build(g *ir.Graph, inputs map[string]*ir.Node) (outs map[string]*
 		dt := t.DType()
 		for _, in := range p.m.inputs {
 			if in.Name == name {
-				dt = in.DType
+				dt = p.prec.hostDT(in.DType)
 			}
 		}
 		b.vals[name] = &value{name: name, dt: dt, host: hostFromIR(t, dt)}
 	}
 	for name, t := range p.m.inits {
-		b.vals[name] = &value{name: name, dt: p.m.initDT[name], host: hostFromIR(t, p.m.initDT[name])}
+		dt := p.prec.hostDT(p.m.initDT[name])
+		b.vals[name] = &value{name: name, dt: dt, host: hostFromIR(t, dt)}
 	}
 	if err := b.convertNodes(p.m.nodes, p.m.defs, p.m.attrs); err != nil {
 		return nil, err
@@ -232,6 +260,9 @@ func (p *Plan) Build(g *ir.Graph, inputs map[string]*ir.Node) (outs map[string]*
 		n, err := b.safeNodeOf(v)
 		if err != nil {
 			return nil, fmt.Errorf("output %q: %w", o.Name, err)
+		}
+		if want := graphDType(o.DType); p.prec.low() && lowerable(n.DType()) && lowerable(want) && n.DType() != want {
+			n = b.roundNode(n, want)
 		}
 		outs[o.Name] = n
 	}
@@ -271,6 +302,11 @@ type builder struct {
 	g      *graph.Graph
 	vals   map[string]*value
 	parent *builder // enclosing graph's builder, for subgraphs
+	prec   precisionMode
+	views  map[viewKey]*value // adapted inputs (see adaptInputs)
+	// emulate: BFloat16 ops compute in Float32 and round, because the
+	// backend's BFloat16 arithmetic truncates (see adaptInputs).
+	emulate bool
 }
 
 // buildSubgraph converts a graph attribute (an If branch...) in a child
@@ -281,9 +317,10 @@ func (b *builder) buildSubgraph(g *onnxpb.Graph, inputs []*value) ([]*value, err
 	if sg == nil {
 		return nil, fmt.Errorf("subgraph %q was not prepared", g.Name)
 	}
-	child := &builder{m: b.m, g: b.g, vals: map[string]*value{}, parent: b}
+	child := &builder{m: b.m, g: b.g, vals: map[string]*value{}, parent: b, prec: b.prec, emulate: b.emulate}
 	for name, t := range sg.inits {
-		child.vals[name] = &value{name: name, dt: sg.initDT[name], host: hostFromIR(t, sg.initDT[name])}
+		dt := b.prec.hostDT(sg.initDT[name])
+		child.vals[name] = &value{name: name, dt: dt, host: hostFromIR(t, dt)}
 	}
 	if len(inputs) != len(g.Input) {
 		return nil, fmt.Errorf("subgraph %q takes %d inputs, got %d", g.Name, len(g.Input), len(inputs))
@@ -316,7 +353,7 @@ func (b *builder) nodeOf(v *value) *graph.Node {
 	if v.host == nil {
 		panic(fmt.Errorf("value %q is a sequence, not a tensor", v.name))
 	}
-	t, err := v.host.toIR()
+	t, err := v.host.toIRAs(b.prec.constDT(v.host.dt))
 	if err != nil {
 		panic(fmt.Errorf("value %q: %w", v.name, err))
 	}
@@ -448,14 +485,27 @@ func (b *builder) convertNode(c *opCtx) (err error) {
 	}
 	if allHost && c.def.host != nil {
 		if err := c.def.host(c); !errors.Is(err, errNoHost) {
-			return err
+			if err != nil {
+				return err
+			}
+			return b.adaptOutputs(c, true)
 		}
+	}
+	computeOut := false
+	if c.def.conv != nil {
+		computeOut = b.adaptInputs(c)
 	}
 	switch {
 	case allHost && needed && c.def.conv != nil:
-		return b.fold(c)
+		if err := b.fold(c); err != nil {
+			return err
+		}
+		return b.adaptOutputs(c, computeOut)
 	case c.def.conv != nil:
-		return c.def.conv(c)
+		if err := c.def.conv(c); err != nil {
+			return err
+		}
+		return b.adaptOutputs(c, computeOut)
 	}
 	for k, in := range c.inputs {
 		if in != nil && in.host == nil {
@@ -471,7 +521,7 @@ func (b *builder) convertNode(c *opCtx) (err error) {
 func (b *builder) fold(c *opCtx) error {
 	fg := graph.NewGraph(b.g.Backend(), "onnx_fold_"+c.node.OpType)
 	defer fg.Finalize()
-	fb := &builder{m: b.m, g: fg, vals: map[string]*value{}}
+	fb := &builder{m: b.m, g: fg, vals: map[string]*value{}, prec: b.prec, emulate: b.emulate}
 	fc := *c
 	fc.b, fc.g = fb, fg
 	fc.inputs = make([]*value, len(c.inputs))

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tensorbridge/tensorbridge/ir"
 	"github.com/tensorbridge/tensorbridge/onnx/onnxpb"
+	"github.com/tensorbridge/tensorbridge/precision"
 )
 
 // dtypeFromONNX maps an ONNX element type to the IR dtype that names it.
@@ -128,13 +129,6 @@ func f16Value(b uint16) float64 {
 // bf16Bits rounds v to the nearest bfloat16 (ties to even, through float32)
 // and returns its bit pattern. GoMLX's own conversion truncates, which is why
 // this one exists.
-func bf16Bits(v float64) uint16 {
-	b := math.Float32bits(float32(v))
-	if math.IsNaN(v) {
-		return uint16(b>>16) | 0x40
-	}
-	b += 0x7fff + (b>>16)&1
-	return uint16(b >> 16)
-}
+func bf16Bits(v float64) uint16 { return precision.BFloat16(float32(v)) }
 
 func bf16Value(b uint16) float64 { return float64(math.Float32frombits(uint32(b) << 16)) }

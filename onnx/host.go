@@ -115,6 +115,9 @@ func (h *hostTensor) decode() error {
 				return fmt.Errorf("cannot decode %s as %s", h.src.DType(), h.dt)
 			}
 		}
+		if h.src.DType() != h.dt {
+			h.normalize() // a relabelled tensor (see roundHost) rounds to its logical dtype
+		}
 		return nil
 	}
 	h.i = make([]int64, n)
@@ -283,11 +286,19 @@ func (h *hostTensor) toIR() (*ir.Tensor, error) {
 	return h.toIRAs(graphDType(h.dt))
 }
 
-// toIRAs converts h to a tensor of dtype dt, which must be h.dt or, for
-// Float16 values, Float32.
+// toIRAs converts h to a tensor of dtype dt: h.dt, or the dtype the graph
+// holds it in (Float32 for Float16 values at Float32 compute).
 func (h *hostTensor) toIRAs(dt ir.DType) (*ir.Tensor, error) {
-	if h.src != nil && h.src.DType() == dt && h.f == nil && h.i == nil {
-		return h.src, nil
+	if h.src != nil && h.f == nil && h.i == nil {
+		if h.src.DType() == dt {
+			return h.src, nil
+		}
+		if h.src.DType() == ir.Float32 && (dt == ir.BFloat16 || dt == ir.Float16) && h.dt == dt {
+			return roundFloat32Tensor(h.src, dt) // package precision, without widening to float64
+		}
+		if (h.src.DType() == ir.BFloat16 || h.src.DType() == ir.Float16) && dt == ir.Float32 && h.dt == dt {
+			return widenTensor(h.src) // exact
+		}
 	}
 	if err := h.decode(); err != nil {
 		return nil, err

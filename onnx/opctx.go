@@ -233,6 +233,9 @@ func (c *opCtx) attrTensor(name string) *hostTensor {
 	if err != nil {
 		panic(err)
 	}
+	if dt := c.b.prec.hostDT(h.dt); dt != h.dt {
+		h = roundHost(h, dt)
+	}
 	return h
 }
 

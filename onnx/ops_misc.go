@@ -56,9 +56,8 @@ func castTarget(c *opCtx) ir.DType {
 	return dt
 }
 
-// castNode converts x (logical dtype from) to logical dtype to in the graph.
-func castNode(x *graph.Node, to ir.DType) *graph.Node {
-	gdt := graphDType(to)
+// castNodeAs converts x to the graph dtype gdt.
+func castNodeAs(x *graph.Node, gdt ir.DType) *graph.Node {
 	if x.DType() == gdt {
 		return x
 	}
@@ -71,14 +70,16 @@ func castNode(x *graph.Node, to ir.DType) *graph.Node {
 	return graph.ConvertDType(x, gdt)
 }
 
+// convCast casts in the graph; with a 16-bit compute precision a cast to
+// FLOAT, FLOAT16 or BFLOAT16 is a cast to the compute dtype.
 func convCast(c *opCtx) error {
 	to := castTarget(c)
-	c.setDT(0, castNode(c.in(0), to), to)
+	c.setDT(0, castNodeAs(c.in(0), c.b.castDT(c.in(0), to)), c.b.prec.logicalDT(to))
 	return nil
 }
 
 func hostCast(c *opCtx) error {
-	h, err := c.hostIn(0).castTo(castTarget(c))
+	h, err := c.hostIn(0).castTo(c.b.prec.hostDT(castTarget(c)))
 	if err != nil {
 		return err
 	}
@@ -88,12 +89,12 @@ func hostCast(c *opCtx) error {
 
 func convCastLike(c *opCtx) error {
 	to := c.dtype(1)
-	c.setDT(0, castNode(c.in(0), to), to)
+	c.setDT(0, castNodeAs(c.in(0), c.b.castDT(c.in(0), to)), c.b.prec.logicalDT(to))
 	return nil
 }
 
 func hostCastLike(c *opCtx) error {
-	h, err := c.hostIn(0).castTo(c.dtype(1))
+	h, err := c.hostIn(0).castTo(c.b.prec.hostDT(c.dtype(1)))
 	if err != nil {
 		return err
 	}

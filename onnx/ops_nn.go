@@ -561,11 +561,13 @@ func convLayerNorm(c *opCtx) error {
 	for a := axis; a < r; a++ {
 		axes = append(axes, a)
 	}
-	// stash_type 1 (the default) asks for float32 statistics: widen
-	// narrower floats.
+	// stash_type 1 (the default) asks for FLOAT statistics: widen
+	// narrower floats to the dtype FLOAT is computed in (Float32, or the
+	// compute dtype of a 16-bit plan, which then needs no widening).
 	xc := x
-	if c.attrInt("stash_type", 1) == 1 && x.DType() == ir.BFloat16 {
-		xc = graph.ConvertDType(x, ir.Float32)
+	if sdt := c.b.prec.nodeDT(ir.Float32); c.attrInt("stash_type", 1) == 1 && x.DType() != sdt &&
+		(x.DType() == ir.BFloat16 || x.DType() == ir.Float16) {
+		xc = graph.ConvertDType(x, sdt)
 	}
 	y, mean, inv := normalize(xc, axes, c.attrFloat("epsilon", 1e-5))
 	if xc != x {

@@ -22,6 +22,13 @@ import (
 // first, Run returns ctx's error and the computation finishes in the
 // background.
 func (m *Model) Run(ctx context.Context, engine ir.Engine, inputs map[string]*ir.Tensor) (map[string]*ir.Tensor, error) {
+	return m.RunWith(ctx, engine, inputs, SpecializeOptions{})
+}
+
+// RunWith is Run with precision options (see SpecializeWith): inputs are
+// given and outputs returned in the dtypes the model declares; floating
+// inputs are rounded to the compute dtype on the host (Plan.PrepareInput).
+func (m *Model) RunWith(ctx context.Context, engine ir.Engine, inputs map[string]*ir.Tensor, opts SpecializeOptions) (map[string]*ir.Tensor, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -55,7 +62,7 @@ func (m *Model) Run(ctx context.Context, engine ir.Engine, inputs map[string]*ir
 	for _, name := range m.valueInputs {
 		values[name] = inputs[name]
 	}
-	p, err := m.Specialize(shapes, values)
+	p, err := m.SpecializeWith(shapes, values, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -83,15 +90,18 @@ func (p *Plan) run(engine ir.Engine, inputs map[string]*ir.Tensor) (outs map[str
 			outs, err = nil, fmt.Errorf("onnx: running the model: %w", panicError(r))
 		}
 	}()
+	if err := p.CheckEngine(engine); err != nil {
+		return nil, err
+	}
 	g := graph.NewGraph(engine, "onnx")
 	defer g.Finalize()
 	nodes := map[string]*ir.Node{}
 	args := make([]any, 0, len(p.params))
 	for _, prm := range p.params {
 		nodes[prm.Name] = graph.Parameter(g, prm.Name, prm.Shape)
-		t, err := ToGraphDType(inputs[prm.Name])
+		t, err := p.PrepareInput(prm.Name, inputs[prm.Name])
 		if err != nil {
-			return nil, fmt.Errorf("input %q: %w", prm.Name, err)
+			return nil, err
 		}
 		args = append(args, t)
 	}
