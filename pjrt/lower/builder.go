@@ -20,6 +20,7 @@ package lower
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
 	"slices"
 
@@ -287,11 +288,33 @@ func (b *Builder) Constant(flat any, dims ...int) (op backends.Op, err error) {
 			return nil, b.opError("Constant", fmt.Errorf("negative dimension in %v", dims))
 		}
 	}
+	if size := shapeSize(dims); len(dims) > 0 && size == 0 {
+		// go-xla writes a zero-size literal with too few nesting levels
+		// (dense<[[], []]> for 2x0x5), which XLA rejects: broadcast a scalar.
+		zero := reflect.Zero(reflect.TypeOf(xflat).Elem()).Interface()
+		sv, err := b.fn.ConstantFromScalar(zero)
+		if err != nil {
+			return nil, b.opError("Constant", err)
+		}
+		v, err := stablehlo.BroadcastInDim(sv, xshapes.Make(sv.Shape().DType, dims...), nil)
+		if err != nil {
+			return nil, b.opError("Constant", err)
+		}
+		return b.node(v), nil
+	}
 	v, err := b.fn.ConstantFromFlatAndDimensions(xflat, dims...)
 	if err != nil {
 		return nil, b.opError("Constant", err)
 	}
 	return b.node(v), nil
+}
+
+func shapeSize(dims []int) int {
+	n := 1
+	for _, d := range dims {
+		n *= d
+	}
+	return n
 }
 
 // DistributedSPMD makes the program run as numDevices replicas.
