@@ -56,11 +56,11 @@ func (b *Backend) Budget(ctx context.Context) (Budget, error) {
 // checkFits refuses a model whose weights cannot fit the budget, before
 // anything is compiled or allocated. The weights are counted at the
 // precision they will be placed in.
-func (b *Backend) checkFits(ctx context.Context, path string, m *onnx.Model) error {
+func (b *Backend) checkFits(ctx context.Context, path string, m *onnx.Model, prec config.Precision, mixed bool) error {
 	p := m.Parameters()
 	need := uint64(p.Bytes)
-	if b.settings.Precision == config.BFloat16 || b.settings.Precision == config.Float16 {
-		if !b.settings.MixedPrecision {
+	if prec == config.BFloat16 || prec == config.Float16 {
+		if !mixed {
 			need -= uint64(p.Float32Elements) * 2 // float32 weights stored as 16-bit
 		}
 	}
@@ -71,7 +71,7 @@ func (b *Backend) checkFits(ctx context.Context, path string, m *onnx.Model) err
 	if need > bud.Available {
 		return &errs.OutOfMemoryError{Device: bud.Device, Needed: need, Available: bud.Available,
 			Detail: fmt.Sprintf("weights of %s: %d parameters in %s; budget %.0f%% of %s less %s in use (%s)",
-				path, p.Elements, b.settings.Precision, 100*bud.Fraction, errs.Bytes(bud.Limit), errs.Bytes(bud.InUse), bud.Source)}
+				path, p.Elements, prec, 100*bud.Fraction, errs.Bytes(bud.Limit), errs.Bytes(bud.InUse), bud.Source)}
 	}
 	return nil
 }

@@ -29,11 +29,14 @@ type Model struct {
 	buckets bucketPlan
 	bcfg    config.Buckets
 	exact   bool // bucketing off
+	prec    onnx.SpecializeOptions
+	precStr string // for the specialisation key
 }
 
 // modelExec is one specialisation of a model, compiled.
 type modelExec struct {
 	exe    *Executable
+	plan   *onnx.Plan
 	params []onnx.Param
 }
 
@@ -43,6 +46,15 @@ type ModelOption func(*modelOptions)
 type modelOptions struct {
 	maxCompiled int
 	exact       bool
+	precision   config.Precision
+	mixed       *bool
+}
+
+// WithPrecision sets this model's compute precision (and mixed precision),
+// overriding the backend's settings for it. config.Auto, or not using this
+// option, takes the backend's effective precision.
+func WithPrecision(p config.Precision, mixed bool) ModelOption {
+	return func(o *modelOptions) { o.precision = p; o.mixed = &mixed }
 }
 
 // WithMaxCompiled bounds how many shape specialisations stay compiled at
@@ -75,7 +87,18 @@ func (b *Backend) LoadModel(ctx context.Context, path string, opts ...ModelOptio
 	if err != nil {
 		return nil, err
 	}
-	if err := b.checkFits(ctx, path, m); err != nil {
+	prec, mixed := b.settings.Precision, b.settings.MixedPrecision
+	if o.precision != "" && o.precision != config.Auto {
+		if err := (config.Config{Precision: o.precision}).Validate(); err != nil {
+			return nil, err
+		}
+		prec, mixed = o.precision, *o.mixed
+	}
+	spec, err := specializeOptions(prec, mixed)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.checkFits(ctx, path, m, prec, mixed); err != nil {
 		return nil, err
 	}
 	execs, err := cache.NewMemory(cache.MemoryOptions[*modelExec]{
@@ -86,8 +109,25 @@ func (b *Backend) LoadModel(ctx context.Context, path string, opts ...ModelOptio
 		return nil, err
 	}
 	return &Model{b: b, path: path, m: m, execs: execs, exact: o.exact, bcfg: b.settings.Buckets,
-		buckets: planBuckets(m.Inputs(), m.Outputs(), m.ValueInputs())}, nil
+		buckets: planBuckets(m.Inputs(), m.Outputs(), m.ValueInputs()),
+		prec:    spec, precStr: fmt.Sprintf("%s mixed=%v", prec, mixed)}, nil
 }
+
+// specializeOptions maps a precision setting onto the importer's options.
+func specializeOptions(p config.Precision, mixed bool) (onnx.SpecializeOptions, error) {
+	switch p {
+	case config.Float32, "", config.Auto:
+		return onnx.SpecializeOptions{Compute: ir.Float32}, nil
+	case config.BFloat16:
+		return onnx.SpecializeOptions{Compute: ir.BFloat16, Mixed: mixed}, nil
+	case config.Float16:
+		return onnx.SpecializeOptions{Compute: ir.Float16, Mixed: mixed}, nil
+	}
+	return onnx.SpecializeOptions{}, &errs.Error{Kind: errs.InvalidArgument, Op: "load model", Err: fmt.Errorf("unknown precision %q", p)}
+}
+
+// Precision returns the precision the model computes in ("bfloat16 mixed=true").
+func (m *Model) Precision() string { return m.precStr }
 
 // Buckets says which symbolic dimensions are padded up to buckets and why
 // the others are compiled exactly.
@@ -134,9 +174,9 @@ func (m *Model) Run(ctx context.Context, inputs map[string]*ir.Tensor) (map[stri
 	defer done()
 	args := make([]*ir.Tensor, len(me.params))
 	for i, p := range me.params {
-		t, err := onnx.ToGraphDType(inputs[p.Name])
+		t, err := me.plan.PrepareInput(p.Name, inputs[p.Name])
 		if err != nil {
-			return nil, &errs.InputError{Name: p.Name, Problem: "value", Expected: p.Shape.String(), Got: err.Error()}
+			return nil, err
 		}
 		args[i] = t
 	}
@@ -162,7 +202,7 @@ func (m *Model) Run(ctx context.Context, inputs map[string]*ir.Tensor) (map[stri
 // specialisation returns the compiled executable for these (padded)
 // shapes, compiling it once however many callers ask at the same time.
 func (m *Model) specialisation(ctx context.Context, shapes map[string][]int, values map[string]*ir.Tensor) (*modelExec, func(), error) {
-	key := specialisationKey(shapes, values)
+	key := m.precStr + "|" + specialisationKey(shapes, values)
 	return m.execs.GetOrCompile(ctx, key, func(ctx context.Context) (*modelExec, int64, error) {
 		if t := m.b.settings.CompileTimeout; t > 0 {
 			var cancel context.CancelFunc
@@ -371,8 +411,11 @@ func specialisationKey(shapes map[string][]int, values map[string]*ir.Tensor) st
 }
 
 func (m *Model) compile(ctx context.Context, shapes map[string][]int, values map[string]*ir.Tensor) (*modelExec, int64, error) {
-	plan, err := m.m.Specialize(shapes, values)
+	plan, err := m.m.SpecializeWith(shapes, values, m.prec)
 	if err != nil {
+		return nil, 0, err
+	}
+	if err := plan.CheckEngine(m.b.drv.Engine()); err != nil {
 		return nil, 0, err
 	}
 	params := plan.Params()
@@ -404,5 +447,5 @@ func (m *Model) compile(ctx context.Context, shapes map[string][]int, values map
 	if err != nil {
 		return nil, 0, err
 	}
-	return &modelExec{exe: exe, params: params}, 1, nil
+	return &modelExec{exe: exe, plan: plan, params: params}, 1, nil
 }

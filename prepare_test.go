@@ -35,7 +35,7 @@ func TestBucketsShareACompile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	x := readNPY(t, filepath.Join("testdata", "models", "mlp.b.input_0.npy"))   // [5, 64]
+	x := readNPY(t, filepath.Join("testdata", "models", "mlp.b.input_0.npy"))    // [5, 64]
 	ref := readNPY(t, filepath.Join("testdata", "models", "mlp.b.output_0.npy")) // [5, 10]
 	for _, n := range []int{3, 4} {
 		out, err := m.Run(ctx, map[string]*ir.Tensor{"x": rows(t, x, n)})
@@ -174,5 +174,57 @@ func TestModelLoadLoopMemory(t *testing.T) {
 		float64(start)/(1<<20), n, float64(end)/(1<<20), float64(growth)/(1<<20), float64(growth)/1024/n)
 	if growth > 64<<20 {
 		t.Fatalf("memory grew by %d bytes over %d cycles", growth, n)
+	}
+}
+
+// bfloat16 (mixed: float32 parameters and accumulation) costs under 1%
+// relative L2 error against PyTorch's float32 outputs on the reference
+// models; the outputs come back in the declared dtype, float32.
+func TestPrecisionBFloat16(t *testing.T) {
+	ctx := context.Background()
+	b := openTest(t)
+	for _, rm := range referenceModels {
+		m, err := b.LoadModel(ctx, modelPath(rm.name), tensorbridge.WithPrecision("bfloat16", true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := map[string]*ir.Tensor{}
+		for i, name := range rm.inputs {
+			in[name] = readNPY(t, filepath.Join("testdata", "models", rm.name+".input_"+string(rune('0'+i))+".npy"))
+		}
+		out, err := m.Run(ctx, in)
+		if err != nil {
+			t.Fatalf("%s: %v", rm.name, err)
+		}
+		for i, spec := range m.Outputs() {
+			want := readNPY(t, filepath.Join("testdata", "models", rm.name+".output_"+string(rune('0'+i))+".npy"))
+			if out[spec.Name].DType() != ir.Float32 {
+				t.Fatalf("%s %s: dtype %s, want the declared Float32", rm.name, spec.Name, out[spec.Name].DType())
+			}
+			e := relL2(t, out[spec.Name], want)
+			t.Logf("%s %s (%s): relative L2 %.4f", rm.name, spec.Name, m.Precision(), e)
+			if e > 1e-2 {
+				t.Errorf("%s %s: bfloat16 costs %.4f relative L2, want < 0.01", rm.name, spec.Name, e)
+			}
+		}
+		m.Close()
+	}
+}
+
+func TestPrecisionFloat16OnCPUIsRefused(t *testing.T) {
+	ctx := context.Background()
+	b := openCPU(t)
+	m, err := b.LoadModel(ctx, modelPath("mlp"), tensorbridge.WithPrecision("float16", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := readNPY(t, filepath.Join("testdata", "models", "mlp.input_0.npy"))
+	_, err = m.Run(ctx, map[string]*ir.Tensor{"x": x})
+	var ue *tensorbridge.UnsupportedError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "Float16") {
+		t.Fatalf("err %v, want an UnsupportedError naming Float16", err)
+	}
+	if _, err := b.LoadModel(ctx, modelPath("mlp"), tensorbridge.WithPrecision("fp8", false)); err == nil {
+		t.Fatal("fp8 accepted")
 	}
 }
