@@ -32,8 +32,8 @@ func TestConformance(t *testing.T) {
 // under the rates measured when they were last raised (README, "ONNX
 // conformance").
 const (
-	cpuFloor    = 0.80
-	xlaCPUFloor = 0.80
+	cpuFloor    = 0.92
+	xlaCPUFloor = 0.92
 )
 
 // TestConformanceXLACPU runs the suite on XLA's CPU compiler through the
