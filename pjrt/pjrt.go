@@ -370,7 +370,7 @@ func (b *Backend) Devices(ctx context.Context) ([]device.Info, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	b.once.Do(func() { b.devs, b.derr = b.describe() })
+	b.once.Do(func() { b.devs, b.derr = b.describe(ctx) })
 	if b.derr != nil {
 		return nil, b.derr
 	}
@@ -379,7 +379,7 @@ func (b *Backend) Devices(ctx context.Context) ([]device.Info, error) {
 	return out, nil
 }
 
-func (b *Backend) describe() ([]device.Info, error) {
+func (b *Backend) describe(ctx context.Context) ([]device.Info, error) {
 	e := b.eng
 	out := make([]device.Info, len(e.devices))
 	for i, d := range e.devices {
@@ -430,6 +430,13 @@ func (b *Backend) describe() ([]device.Info, error) {
 			if ms.PeakBytesInUse.Valid {
 				attr("peak_bytes_in_use", ms.PeakBytesInUse.Value)
 			}
+		} else if b.kind.Platform == device.CPU {
+			// XLA's CPU plugin has no allocator statistics: its devices
+			// share host memory, which is what they can use.
+			attr("memory_stats", "unavailable: "+firstLineOf(err.Error()))
+			if host, _, herr := discover.CPU(ctx, discover.Options{}); herr == nil && host.Memory.Total > 0 {
+				info.Memory = device.Memory{Total: host.Memory.Total, Source: "host " + host.Memory.Source + ", shared"}
+			}
 		}
 		out[i] = info
 	}
@@ -469,4 +476,11 @@ func (b *Backend) MemoryStats(ctx context.Context, i int) (driver.MemoryStats, e
 		st.BytesLimit = uint64(ms.BytesLimit.Value)
 	}
 	return st, nil
+}
+
+func firstLineOf(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
 }
