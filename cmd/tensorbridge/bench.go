@@ -50,7 +50,8 @@ type benchConfig struct {
 	restart   bool
 	firstOnly bool
 	asJSON    bool
-	args      []string // the flags as given, for --restart's child processes
+	settings  settingsFlags // memory fraction, cache, compile timeout, buckets
+	args      []string      // the flags as given, for --restart's child processes
 }
 
 // dimFlags collects repeated --dim NAME=N flags.
@@ -103,7 +104,8 @@ func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
 	fs.BoolVar(&c.restart, "restart", false, "measure time to first inference of a fresh process with a cold, then a warm, compile cache (two child processes)")
 	fs.BoolVar(&c.firstOnly, "first-only", false, "stop after the first inference of the first batch size (what --restart's child processes run)")
 	fs.BoolVar(&c.asJSON, "json", false, "print the report as JSON")
-	if err := parse(fs, reorderBench(args)); err != nil {
+	addResourceFlags(fs, &c.settings)
+	if err := parse(fs, reorder(fs, args)); err != nil {
 		return nil, err
 	}
 	if fs.NArg() != 1 {
@@ -147,35 +149,8 @@ func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
 			return nil, usageErr("--threads %d: this process may run on %d CPUs", c.threads, n)
 		}
 	}
-	c.args = args
+	c.args = reorder(fs, args)
 	return c, nil
-}
-
-// reorderBench moves flags after MODEL in front of it, knowing bench's
-// boolean flags.
-func reorderBench(args []string) []string {
-	var flags, pos []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			pos = append(pos, args[i+1:]...)
-			break
-		}
-		if strings.HasPrefix(a, "-") && len(a) > 1 {
-			flags = append(flags, a)
-			switch strings.TrimLeft(a, "-") {
-			case "json", "restart", "first-only", "mixed", "h", "help":
-				continue
-			}
-			if !strings.Contains(a, "=") && i+1 < len(args) {
-				flags = append(flags, args[i+1])
-				i++
-			}
-			continue
-		}
-		pos = append(pos, a)
-	}
-	return append(flags, pos...)
 }
 
 // benchReport is the output of `tensorbridge bench`.
@@ -310,10 +285,17 @@ func bench(ctx context.Context, c *benchConfig, stderr io.Writer) (*benchReport,
 	}
 	popts := precisionOptions(c.precision, c.mixed)
 
-	t0 := time.Now()
-	b, err := tensorbridge.Open(ctx, c.backend)
+	settings, err := c.settings.settings()
 	if err != nil {
 		return nil, err
+	}
+	t0 := time.Now()
+	b, err := tensorbridge.Open(ctx, c.backend, tensorbridge.WithSettings(settings))
+	if err != nil {
+		return nil, err
+	}
+	if c.settings.printConfig {
+		fmt.Fprintf(os.Stderr, "backend %s\n%s", b.Name(), b.Settings())
 	}
 	defer b.Close()
 	rep.OpenS = time.Since(t0).Seconds()
@@ -771,7 +753,7 @@ func runRestart(ctx context.Context, c *benchConfig, stdout, stderr io.Writer) e
 // --batch wins over an earlier one).
 func restartChildArgs(c *benchConfig) []string {
 	args := []string{"bench"}
-	in := reorderBench(c.args)
+	in := c.args // flags first (reordered when parsed)
 	for i := 0; i < len(in); i++ {
 		a := in[i]
 		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")

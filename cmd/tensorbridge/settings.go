@@ -25,6 +25,12 @@ type settingsFlags struct {
 func addSettingsFlags(fs *flag.FlagSet, f *settingsFlags) {
 	fs.StringVar(&f.precision, "precision", "", "compute precision: auto, float32, bfloat16, float16 (default auto: bfloat16 on TPU and bf16-capable GPUs, float32 on CPU)")
 	fs.StringVar(&f.mixed, "mixed-precision", "", "true or false: keep parameters and accumulation in float32 (default: on below float32)")
+	addResourceFlags(fs, f)
+}
+
+// addResourceFlags adds the settings other than precision (bench has
+// precision flags of its own).
+func addResourceFlags(fs *flag.FlagSet, f *settingsFlags) {
 	fs.Float64Var(&f.memoryFraction, "memory-fraction", 0, "share of device memory to use, in (0, 1] (default 0.9)")
 	fs.StringVar(&f.cacheDir, "cache-dir", "", `compile cache directory, or "off" (default $TENSORBRIDGE_CACHE_DIR, else the user cache dir)`)
 	fs.Int64Var(&f.cacheSize, "cache-size", 0, "compile cache size cap in bytes (default 2 GiB)")
