@@ -97,7 +97,11 @@ func (e *Engine) compile(ctx context.Context, prog *lower.Program) (*Executable,
 	if err != nil {
 		return nil, &errs.CompileError{Backend: e.name, Program: prog.Name, Err: err}
 	}
-	le, err := e.client.Compile(ctx, capi.MLIR(string(prog.Text)), opts)
+	text, err := prog.CompileText()
+	if err != nil {
+		return nil, &errs.CompileError{Backend: e.name, Program: prog.Name, Err: err}
+	}
+	le, err := e.client.Compile(ctx, capi.MLIR(string(text)), opts)
 	if err != nil {
 		return nil, compileError(e.name, prog.Name, err)
 	}
@@ -193,7 +197,8 @@ func (e *Engine) newExecutable(prog *lower.Program, le *capi.LoadedExecutable, o
 func (x *Executable) Program() *lower.Program { return x.prog }
 
 // StableHLO returns the program's StableHLO text, the key a compile cache
-// uses.
+// uses (large constants appear in it as trailing parameters; see
+// lower.Program.CompileText for the text that is compiled).
 func (x *Executable) StableHLO() []byte { return x.prog.Text }
 
 // CompileOptions returns the options the program was compiled with.

@@ -15,7 +15,7 @@ import (
 
 // lowerVersion names this package's lowering rules in cache keys: bump it
 // when a change to package lower changes the programs it writes.
-const lowerVersion = "tensorbridge-lower/1"
+const lowerVersion = "tensorbridge-lower/3"
 
 var _ driver.DiskCacher = (*Backend)(nil)
 
@@ -77,7 +77,8 @@ func (b *Backend) DiskCacheStats() (hits, misses int64) {
 }
 
 // cacheKey identifies prog on this backend: the program text (which holds
-// the weights, folded in as constants), the compile options, the plugin and
+// the small constants), the digest of its hoisted constants (which it
+// does not), the compile options, the plugin and
 // its version, and the devices it is built for.
 func (b *Backend) cacheKey(prog *lower.Program) (cache.Key, error) {
 	opts, err := b.eng.CompileOptions(prog)
@@ -109,6 +110,7 @@ func (b *Backend) cacheKey(prog *lower.Program) (cache.Key, error) {
 		Name:           prog.Name,
 		ProgramFormat:  "stablehlo-mlir",
 		Program:        prog.Text,
+		WeightsDigest:  prog.WeightsDigest,
 		InputSpecs:     inputs,
 		CompileOptions: fmt.Sprintf("%x", raw),
 		Backend:        b.kind.Name,

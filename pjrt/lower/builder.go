@@ -18,20 +18,27 @@
 package lower
 
 import (
+	"bytes"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
+	"unsafe"
 
 	"github.com/gomlx/go-xla/pkg/stablehlo"
 	xdtypes "github.com/gomlx/go-xla/pkg/types/dtypes"
+	xbf16 "github.com/gomlx/go-xla/pkg/types/dtypes/bfloat16"
 	xshapes "github.com/gomlx/go-xla/pkg/types/shapes"
 	"github.com/gomlx/go-xla/pkg/types/shardy"
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/x448/float16"
 
+	"github.com/tensorbridge/tensorbridge/cache"
 	"github.com/tensorbridge/tensorbridge/errs"
 )
 
@@ -89,6 +96,121 @@ type Program struct {
 	// portable single-device program that runs on whichever device the
 	// caller picks.
 	DeviceAssignment []int
+	// Constants are the hoisted constants: large constants whose values
+	// Text does not hold. In Text each is a parameter declared after those
+	// of ParamShapes, in this order; CompileText turns them back into
+	// constants. They never become inputs of the compiled program.
+	Constants []HoistedConstant
+	// WeightsDigest identifies the values of Constants (see
+	// cache.WeightsHasher); empty when there are none. Text does not hold
+	// those values, so a compile cache key must include it.
+	WeightsDigest string
+}
+
+// HoistThreshold is the element count from which a constant (of an
+// integer or floating-point dtype) is hoisted out of Program.Text.
+// go-xla writes every element of a constant as a decimal literal, and XLA
+// parses them back: for models whose weights are constants that dominates
+// both lowering (which runs even when a compile cache answers) and
+// compiling. A hoisted constant is written by CompileText as raw
+// hexadecimal instead, which is quick to write and to parse; XLA still
+// sees a constant, so it can fold it and pick its layout at compile time
+// (passing weights as parameters instead made ResNet-18 runs on xla-cpu
+// 2.7x slower). Small constants are left as go-xla writes them.
+const HoistThreshold = 4096
+
+// hoistable reports whether a constant of xflat's element type can be
+// written in MLIR's hexadecimal form: integers and floats, whose raw bytes
+// are the element layout MLIR expects (not bool, which MLIR packs, nor
+// complex).
+func hoistable(xflat any) bool {
+	switch xflat.(type) {
+	case []int8, []int16, []int32, []int64, []uint8, []uint16, []uint32, []uint64,
+		[]float16.Float16, []xbf16.BFloat16, []float32, []float64:
+		return true
+	}
+	return false
+}
+
+// CompileText returns the program as it is compiled: Text with each
+// hoisted constant turned back from a parameter into a constant, its
+// values written as raw little-endian hexadecimal (MLIR's dense<"0x...">
+// form). It is Text itself when nothing was hoisted.
+func (p *Program) CompileText() ([]byte, error) {
+	if len(p.Constants) == 0 {
+		return p.Text, nil
+	}
+	text := p.Text
+	start := bytes.Index(text, []byte("func.func @main("))
+	if start < 0 {
+		return nil, fmt.Errorf("program %q: no main function in its text", p.Name)
+	}
+	lineEnd := bytes.IndexByte(text[start:], '\n')
+	if lineEnd < 0 {
+		return nil, fmt.Errorf("program %q: main function has no body", p.Name)
+	}
+	lineEnd += start + 1
+	header := text[start:lineEnd]
+	// The hoisted constants are the last parameters, in order: cut them
+	// from the signature, with the separator before the first.
+	first := bytes.Index(header, []byte("%"+p.Constants[0].Name+": "))
+	if first < 0 {
+		return nil, fmt.Errorf("program %q: hoisted constant %s is not a parameter of main", p.Name, p.Constants[0].Name)
+	}
+	cutFrom := first
+	if bytes.HasSuffix(header[:first], []byte(", ")) {
+		cutFrom -= 2
+	}
+	types := make([]string, len(p.Constants))
+	pos := first
+	for i, c := range p.Constants {
+		decl := []byte("%" + c.Name + ": ")
+		if !bytes.HasPrefix(header[pos:], decl) {
+			return nil, fmt.Errorf("program %q: hoisted constant %s is not the #%d hidden parameter of main", p.Name, c.Name, i)
+		}
+		pos += len(decl)
+		end := bytes.IndexByte(header[pos:], '>')
+		if end < 0 {
+			return nil, fmt.Errorf("program %q: cannot read the type of hoisted constant %s", p.Name, c.Name)
+		}
+		types[i] = string(header[pos : pos+end+1])
+		pos += end + 1
+		if i+1 < len(p.Constants) {
+			if !bytes.HasPrefix(header[pos:], []byte(", ")) {
+				return nil, fmt.Errorf("program %q: unexpected text after hoisted constant %s", p.Name, c.Name)
+			}
+			pos += 2
+		}
+	}
+	size := len(text) + 64
+	for _, c := range p.Constants {
+		size += 2*len(c.Data) + 128
+	}
+	out := make([]byte, 0, size)
+	out = append(out, text[:start+cutFrom]...)
+	out = append(out, header[pos:]...)
+	for i, c := range p.Constants {
+		out = append(out, "    %"...)
+		out = append(out, c.Name...)
+		out = append(out, ` = stablehlo.constant dense<"0x`...)
+		out = hex.AppendEncode(out, c.Data)
+		out = append(out, `"> : `...)
+		out = append(out, types[i]...)
+		out = append(out, '\n')
+	}
+	out = append(out, text[lineEnd:]...)
+	return out, nil
+}
+
+// HoistedConstant is one constant passed as a hidden parameter.
+type HoistedConstant struct {
+	// Name is the hidden parameter's name in the StableHLO text.
+	Name string
+	// Shape is the constant's dtype and dimensions.
+	Shape shapes.Shape
+	// Data is its raw little-endian contents, Shape.Size() elements of
+	// Shape.DType (Go int and uint stored as 64-bit).
+	Data []byte
 }
 
 // NumDevices is the number of devices one execution uses.
@@ -119,6 +241,9 @@ type Builder struct {
 	deviceAssignment []int
 
 	closures map[closureKey]*stablehlo.Function
+
+	hoisted      []HoistedConstant
+	hoistedInput map[*stablehlo.Value]bool
 }
 
 // Node is the backends.Op the Builder hands out: a StableHLO value with
@@ -233,7 +358,12 @@ func (b *Builder) OpShape(op backends.Op) (shapes.Shape, error) {
 	return n.shape, nil
 }
 
-var reservedName = regexp.MustCompile(`^(arg)?[0-9]+$`)
+// reservedName matches the names go-xla gives its own values and the
+// names of hoisted constants (hoistedPrefix followed by a number).
+var reservedName = regexp.MustCompile(`^((arg)?[0-9]+|` + hoistedPrefix + `[0-9]+)$`)
+
+// hoistedPrefix starts the StableHLO names of hoisted constants.
+const hoistedPrefix = "hoisted_const_"
 
 // Parameter declares an input. The name appears in the StableHLO text
 // (normalised to letters, digits and underscores) and must be unique.
@@ -302,11 +432,47 @@ func (b *Builder) Constant(flat any, dims ...int) (op backends.Op, err error) {
 		}
 		return b.node(v), nil
 	}
+	if len(dims) > 0 && shapeSize(dims) >= HoistThreshold && hoistable(xflat) {
+		return b.hoist(flat, xflat, dims)
+	}
 	v, err := b.fn.ConstantFromFlatAndDimensions(xflat, dims...)
 	if err != nil {
 		return nil, b.opError("Constant", err)
 	}
 	return b.node(v), nil
+}
+
+// hoist declares a large constant as a hidden parameter of the program
+// text and keeps its data, which CompileText writes back as a constant.
+// xflat is flat converted by toXFlat.
+func (b *Builder) hoist(flat, xflat any, dims []int) (backends.Op, error) {
+	v := reflect.ValueOf(xflat)
+	if n := shapeSize(dims); v.Len() != n {
+		return nil, b.opError("Constant", fmt.Errorf("%d values for dimensions %v (%d elements)", v.Len(), dims, n))
+	}
+	dt := dtypes.FromGoType(reflect.TypeOf(flat).Elem())
+	size := int(v.Type().Elem().Size())
+	if dt == dtypes.InvalidDType || size != dt.Size() {
+		// Not expected for the types toXFlat accepts; keep the literal.
+		c, err := b.fn.ConstantFromFlatAndDimensions(xflat, dims...)
+		if err != nil {
+			return nil, b.opError("Constant", err)
+		}
+		return b.node(c), nil
+	}
+	shape := shapes.Make(dt, slices.Clone(dims)...)
+	name := hoistedPrefix + strconv.Itoa(len(b.hoisted))
+	in, err := b.fn.NamedInput(name, toXShape(shape))
+	if err != nil {
+		return nil, b.opError("Constant", err)
+	}
+	raw := unsafe.Slice((*byte)(v.UnsafePointer()), v.Len()*size)
+	b.hoisted = append(b.hoisted, HoistedConstant{Name: name, Shape: shape, Data: bytes.Clone(raw)})
+	if b.hoistedInput == nil {
+		b.hoistedInput = map[*stablehlo.Value]bool{}
+	}
+	b.hoistedInput[in] = true
+	return b.node(in), nil
 }
 
 func shapeSize(dims []int) int {
@@ -469,6 +635,21 @@ func (b *Builder) Finish(outputs []backends.Op, shardings []*backends.ShardingSp
 		outShapes[i] = n.shape.Clone()
 	}
 	b.finished = true
+	if len(b.hoisted) > 0 {
+		// Hidden parameters go after the user's, whatever the order the
+		// constants and parameters were declared in: go-xla writes the
+		// signature in Inputs order and refers to inputs by name.
+		user := make([]*stablehlo.Value, 0, len(b.fn.Inputs))
+		var hidden []*stablehlo.Value
+		for _, in := range b.fn.Inputs {
+			if b.hoistedInput[in] {
+				hidden = append(hidden, in)
+			} else {
+				user = append(user, in)
+			}
+		}
+		b.fn.Inputs = append(user, hidden...)
+	}
 	if err := b.fn.ReturnWithShardingAndAttributes(values, specs, nil); err != nil {
 		return nil, b.opError("Compile", err)
 	}
@@ -485,6 +666,14 @@ func (b *Builder) Finish(outputs []backends.Op, shardings []*backends.ShardingSp
 		Strategy:      b.strategy,
 		NumReplicas:   1,
 		NumPartitions: 1,
+	}
+	if len(b.hoisted) > 0 {
+		p.Constants = b.hoisted
+		w := cache.NewWeightsHasher()
+		for _, c := range b.hoisted {
+			w.Add(c.Name, c.Shape.DType.String(), c.Shape.Dimensions, c.Data)
+		}
+		p.WeightsDigest = w.Sum()
 	}
 	switch b.strategy {
 	case SPMD:
