@@ -16,12 +16,12 @@ func init() {
 	register("Shape", 1, convShape).withHost(convShape).onlyShapes()
 	register("Size", 1, convSize).withHost(convSize).onlyShapes()
 	register("Identity", 1, convIdentity).withHost(convIdentity)
-	register("Reshape", 5, convReshape).withHost(hostReshape).needs(1)
-	register("Flatten", 1, convFlatten).withHost(hostFlatten)
-	register("Squeeze", 1, convSqueeze).withHost(hostSqueeze)
-	register("Squeeze", 13, convSqueeze).withHost(hostSqueeze).needs(1)
-	register("Unsqueeze", 1, convUnsqueeze).withHost(hostUnsqueeze)
-	register("Unsqueeze", 13, convUnsqueeze).withHost(hostUnsqueeze).needs(1)
+	registerReshape("Reshape", 5, reshapeTarget).needs(1)
+	registerReshape("Flatten", 1, flattenDims)
+	registerReshape("Squeeze", 1, squeezeDims)
+	registerReshape("Squeeze", 13, squeezeDims).needs(1)
+	registerReshape("Unsqueeze", 1, unsqueezeDims)
+	registerReshape("Unsqueeze", 13, unsqueezeDims).needs(1)
 	register("Concat", 4, convConcat).withHost(hostConcatOp)
 	register("Split", 2, convSplit).withHost(hostSplit)
 	register("Split", 13, convSplit).withHost(hostSplit).needs(1)
@@ -111,25 +111,29 @@ func reshapeDims(c *opCtx, in []int, shape []int64, allowZero bool) []int {
 	return out
 }
 
+// registerReshape registers an op that only reshapes its first input, to
+// the dims target computes, in the graph and on the host alike.
+func registerReshape(op string, since int, target func(*opCtx) []int) *opDef {
+	conv := func(c *opCtx) error {
+		c.set(0, graph.Reshape(c.in(0), target(c)...))
+		return nil
+	}
+	host := func(c *opCtx) error {
+		h, err := c.hostIn(0).reshaped(target(c))
+		if err != nil {
+			return err
+		}
+		c.setHost(0, h)
+		return nil
+	}
+	return register(op, since, conv).withHost(host)
+}
+
 func reshapeTarget(c *opCtx) []int {
 	if c.opset < 5 {
 		return reshapeDims(c, c.dims(0), c.attrInts("shape", nil), false)
 	}
 	return reshapeDims(c, c.dims(0), c.constInts(1), c.attrInt("allowzero", 0) != 0)
-}
-
-func convReshape(c *opCtx) error {
-	c.set(0, graph.Reshape(c.in(0), reshapeTarget(c)...))
-	return nil
-}
-
-func hostReshape(c *opCtx) error {
-	h, err := c.hostIn(0).reshaped(reshapeTarget(c))
-	if err != nil {
-		return err
-	}
-	c.setHost(0, h)
-	return nil
 }
 
 func flattenDims(c *opCtx) []int {
@@ -142,20 +146,6 @@ func flattenDims(c *opCtx) []int {
 		c.fail("axis %d out of range for rank %d", c.attrInt("axis", 1), len(dims))
 	}
 	return []int{numElems(dims[:axis]), numElems(dims[axis:])}
-}
-
-func convFlatten(c *opCtx) error {
-	c.set(0, graph.Reshape(c.in(0), flattenDims(c)...))
-	return nil
-}
-
-func hostFlatten(c *opCtx) error {
-	h, err := c.hostIn(0).reshaped(flattenDims(c))
-	if err != nil {
-		return err
-	}
-	c.setHost(0, h)
-	return nil
 }
 
 // axesArg reads the axes of Squeeze/Unsqueeze/Reduce*: an attribute in
@@ -198,20 +188,6 @@ func squeezeDims(c *opCtx) []int {
 	return out
 }
 
-func convSqueeze(c *opCtx) error {
-	c.set(0, graph.Reshape(c.in(0), squeezeDims(c)...))
-	return nil
-}
-
-func hostSqueeze(c *opCtx) error {
-	h, err := c.hostIn(0).reshaped(squeezeDims(c))
-	if err != nil {
-		return err
-	}
-	c.setHost(0, h)
-	return nil
-}
-
 func unsqueezeDims(c *opCtx) []int {
 	dims := c.dims(0)
 	axes, ok := c.axesArg(1, c.opset >= 13)
@@ -237,20 +213,6 @@ func unsqueezeDims(c *opCtx) []int {
 		}
 	}
 	return out
-}
-
-func convUnsqueeze(c *opCtx) error {
-	c.set(0, graph.Reshape(c.in(0), unsqueezeDims(c)...))
-	return nil
-}
-
-func hostUnsqueeze(c *opCtx) error {
-	h, err := c.hostIn(0).reshaped(unsqueezeDims(c))
-	if err != nil {
-		return err
-	}
-	c.setHost(0, h)
-	return nil
 }
 
 func convConcat(c *opCtx) error {

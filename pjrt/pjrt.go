@@ -382,6 +382,15 @@ func (b *Backend) Devices(ctx context.Context) ([]device.Info, error) {
 func (b *Backend) describe(ctx context.Context) ([]device.Info, error) {
 	e := b.eng
 	out := make([]device.Info, len(e.devices))
+	// Host memory, read once, for devices whose plugin has no allocator
+	// statistics (XLA's CPU devices share it).
+	hostMemory := sync.OnceValue(func() device.Memory {
+		host, _, err := discover.CPU(ctx, discover.Options{})
+		if err != nil || host.Memory.Total == 0 {
+			return device.Memory{}
+		}
+		return device.Memory{Total: host.Memory.Total, Source: "host " + host.Memory.Source + ", shared"}
+	})
 	for i, d := range e.devices {
 		desc := d.Description()
 		info := device.Info{
@@ -434,9 +443,7 @@ func (b *Backend) describe(ctx context.Context) ([]device.Info, error) {
 			// XLA's CPU plugin has no allocator statistics: its devices
 			// share host memory, which is what they can use.
 			attr("memory_stats", "unavailable: "+firstLineOf(err.Error()))
-			if host, _, herr := discover.CPU(ctx, discover.Options{}); herr == nil && host.Memory.Total > 0 {
-				info.Memory = device.Memory{Total: host.Memory.Total, Source: "host " + host.Memory.Source + ", shared"}
-			}
+			info.Memory = hostMemory()
 		}
 		out[i] = info
 	}
