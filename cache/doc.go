@@ -24,7 +24,7 @@
 //
 // Disk is a directory of entry files, <key digest>.tbc, each with a magic
 // number, a version, a JSON header (the key's description, the compile
-// time) and the payload, with SHA-256 checksums of header and payload.
+// time) and the payload, with a SHA-256 checksum of the header and a CRC-32C of the payload.
 // Writes go to a temporary file in the directory, are synced and renamed
 // into place, so a reader never sees half an entry. A corrupt entry
 // (truncated, flipped bits, garbage) fails validation, is removed, reported

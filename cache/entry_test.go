@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"hash/crc32"
 	"testing"
 	"time"
 )
@@ -30,9 +31,10 @@ func TestEntryLayout(t *testing.T) {
 		got, want any
 	}{
 		{"magic", string(b[0:8]), "TBCACHE\x00"},
-		{"version", binary.LittleEndian.Uint32(b[8:12]), uint32(1)},
+		{"version", binary.LittleEndian.Uint32(b[8:12]), uint32(2)},
 		{"payload length", binary.LittleEndian.Uint64(b[16:24]), uint64(len(payload))},
-		{"payload sha256", [32]byte(b[24:56]), sha256.Sum256(payload)},
+		{"payload crc32c", binary.LittleEndian.Uint32(b[24:28]), crc32.Checksum(payload, crc32.MakeTable(crc32.Castagnoli))},
+		{"reserved zero", [28]byte(b[28:56]), [28]byte{}},
 		{"header sha256", [32]byte(b[56:88]), sha256.Sum256(append(append([]byte(nil), b[:56]...), b[88:88+hl]...))},
 		{"file length", len(b), 88 + int(hl) + len(payload)},
 		{"payload at end", string(b[88+hl:]), string(payload)},
@@ -41,6 +43,11 @@ func TestEntryLayout(t *testing.T) {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
 		}
+	}
+	// The payload checksum is CRC-32C: its published check value, the CRC
+	// of "123456789", is 0xE3069283 (RFC 3720, appendix B.4).
+	if got := payloadSum([]byte("123456789")); got != 0xE3069283 {
+		t.Errorf("payloadSum(\"123456789\") = %08x, want e3069283 (CRC-32C)", got)
 	}
 	h, p, why := parseEntry(b)
 	if why != "" || !bytes.Equal(p, payload) || h.CompileTime != time.Second || h.Key.Name != "fuzz" {
@@ -73,7 +80,7 @@ func FuzzParseEntry(f *testing.F) {
 		if len(b) != prefixLen+hl+len(payload) || uint64(len(payload)) != binary.LittleEndian.Uint64(b[16:]) {
 			t.Fatalf("accepted entry with inconsistent lengths")
 		}
-		if sha256.Sum256(payload) != [32]byte(b[24:56]) {
+		if crc32.Checksum(payload, crc32.MakeTable(crc32.Castagnoli)) != binary.LittleEndian.Uint32(b[24:28]) {
 			t.Fatalf("accepted entry with a wrong payload checksum")
 		}
 		if len(h.Digest) != 64 || h.CompileTime < 0 {

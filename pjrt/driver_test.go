@@ -227,3 +227,22 @@ func TestDevices(t *testing.T) {
 		t.Errorf("MemoryStats(5): %v", err)
 	}
 }
+
+// TestDispatch checks that xla-cpu dispatches synchronously by default
+// (the pinned plugin knows the create option) and that async= overrides
+// it, and that each backend says so.
+func TestDispatch(t *testing.T) {
+	cpuEngine(t) // skips without the plugin
+	if got := cpuBackend.Dispatch(); !strings.HasPrefix(got, "synchronous") {
+		t.Errorf("default Dispatch() = %q, want synchronous", got)
+	}
+	d := &Driver{Kind: kind("xla-cpu")}
+	be, err := d.Open(context.Background(), &driver.Options{Config: "async=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	if got := be.(*Backend).Dispatch(); got != "asynchronous=true (config)" {
+		t.Errorf("async=true: Dispatch() = %q", got)
+	}
+}

@@ -12,8 +12,9 @@
 //
 // The backend spec's config ("xla-cpu:CONFIG", comma-separated) takes:
 // devices=N (xla-cpu's device count), plugin=PATH, async=true|false (the
-// XLA CPU client's "asynchronous" create option: false runs executions on
-// the calling thread instead of the client's thread pool), depthwise=sum|conv
+// XLA CPU client's "asynchronous" create option: false, the default where
+// the plugin knows the option, runs executions on the calling thread
+// instead of the client's thread pool), depthwise=sum|conv
 // (xla-cpu lowers depthwise convolutions as a window sum of products by
 // default; conv keeps XLA's grouped convolution), and xla.OPTION=VALUE, an
 // XLA DebugOptions field set by name on every compile
@@ -402,10 +403,27 @@ func (d *Driver) Open(ctx context.Context, opts *driver.Options) (driver.Backend
 		return nil, err
 	}
 	var client *capi.Client
+	dispatch := ""
 	if j != nil {
 		client, err = openInJob(ctx, j, plugin, d.Kind, copts)
+	} else if d.Kind.Platform == device.CPU && cfg.async == nil {
+		// Synchronous dispatch by default on xla-cpu: every execution
+		// runs on the calling thread instead of hopping to the client's
+		// pool, which costs a small model a third of its CPU time per
+		// call (BENCHMARKS.md). A plugin that predates the option
+		// refuses unknown create options with INVALID_ARGUMENT; it then
+		// keeps its own asynchronous dispatch, and Dispatch says why.
+		client, err = plugin.NewClient(ctx, append(copts, capi.NamedValue{Name: capi.OptAsynchronous, Value: false}))
+		dispatch = "synchronous (create option asynchronous=false, the xla-cpu default)"
+		if err != nil && capi.CodeOf(err) == capi.CodeInvalidArgument {
+			dispatch = fmt.Sprintf("asynchronous: the plugin refused the create option asynchronous=false (%v)", err)
+			client, err = plugin.NewClient(ctx, copts)
+		}
 	} else {
 		client, err = plugin.NewClient(ctx, copts)
+		if cfg.async != nil {
+			dispatch = fmt.Sprintf("asynchronous=%v (config)", *cfg.async)
+		}
 	}
 	// --- end of the multi-process part of client creation.
 	if err != nil {
@@ -425,7 +443,7 @@ func (d *Driver) Open(ctx context.Context, opts *driver.Options) (driver.Backend
 				cfg.devices, path, n, capi.OptCPUDeviceCount)})
 	}
 	eng.tune = cfg.tune
-	b := &Backend{kind: d.Kind, eng: eng, pluginPath: path, job: j, runtimeDevices: eng.NumDevices()}
+	b := &Backend{kind: d.Kind, eng: eng, pluginPath: path, job: j, runtimeDevices: eng.NumDevices(), dispatch: dispatch}
 	if all, err := client.Devices(); err == nil {
 		b.runtimeDevices = len(all)
 	}
@@ -472,7 +490,16 @@ type Backend struct {
 	diskHits, diskMisses atomic.Int64
 
 	warm warmState // warm-start arms and the disk cache (warmstart.go)
+
+	// dispatch says how the XLA CPU client dispatches executions and why
+	// ("" for plugins without the choice).
+	dispatch string
 }
+
+// Dispatch says how executions are dispatched and why: on xla-cpu,
+// synchronously on the caller's thread unless the config says async=true
+// or the plugin does not know the option; "" on other plugins.
+func (b *Backend) Dispatch() string { return b.dispatch }
 
 var (
 	_ driver.Backend       = (*Backend)(nil)

@@ -74,13 +74,19 @@ func ReadModel(path string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The digest (the key of a warm start) is taken while the file
+	// decodes: both only read b, and on a large model each costs tens of
+	// milliseconds.
+	digest := make(chan [32]byte, 1)
+	go func() { digest <- sha256.Sum256(b) }()
 	m, err := Decode(b)
+	sum := <-digest
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	m.Dir = filepath.Dir(path)
 	m.walkTensors(func(t *Tensor) { t.BaseDir = m.Dir })
-	m.SourceDigest = sha256.Sum256(b)
+	m.SourceDigest = sum
 	return m, nil
 }
 
