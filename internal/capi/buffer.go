@@ -463,6 +463,9 @@ func (b *Buffer) ToHost(ctx context.Context, dst []byte) error {
 	if err != nil {
 		return err
 	}
+	if ok, err := b.readInPlace(ctx, h, dst); ok || err != nil {
+		return err
+	}
 	target := dst
 	if ctx.Done() != nil {
 		target = make([]byte, need)

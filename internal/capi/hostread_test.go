@@ -1,0 +1,93 @@
+package capi
+
+import (
+	"context"
+	"reflect"
+	"testing"
+)
+
+func TestDenseRowMajor(t *testing.T) {
+	cases := []struct {
+		name  string
+		m2m   []int64
+		rank  int
+		tiles uintptr
+		typ   int32
+		want  bool
+	}{
+		{"scalar", nil, 0, 0, 0, true},
+		{"vector", []int64{0}, 1, 0, 0, true},
+		{"row-major 3-D", []int64{2, 1, 0}, 3, 0, 0, true},
+		{"column-major 2-D", []int64{0, 1}, 2, 0, 0, false},
+		{"channels-last permutation", []int64{1, 3, 2, 0}, 4, 0, 0, false},
+		{"tiled", []int64{1, 0}, 2, 1, 0, false},
+		{"strides type", []int64{1, 0}, 2, 0, 1, false},
+		{"rank mismatch", []int64{1, 0}, 3, 0, 0, false},
+	}
+	for _, c := range cases {
+		if got := denseRowMajor(c.typ, c.tiles, c.m2m, c.rank); got != c.want {
+			t.Errorf("%s: denseRowMajor = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestGetMemoryLayoutArgsLayout checks the argument struct against
+// pjrt_c_api.h: PJRT_Buffer_MemoryLayout is 80 bytes (a 56-byte union of
+// the tiled and strided descriptions after struct_size and
+// extension_start, then a 4-byte enum and padding), and the layout field
+// of PJRT_Buffer_GetMemoryLayout_Args starts at byte 24.
+func TestGetMemoryLayoutArgsLayout(t *testing.T) {
+	if s := reflect.TypeFor[cBufferMemoryLayout]().Size(); s != 80 {
+		t.Errorf("PJRT_Buffer_MemoryLayout is %d bytes, want 80", s)
+	}
+	if f, _ := reflect.TypeFor[cBufferGetMemoryLayoutArgs]().FieldByName("layout"); f.Offset != 24 {
+		t.Errorf("layout at %d, want 24", f.Offset)
+	}
+	if s := structSizeOf[cBufferGetMemoryLayoutArgs](); s != 104 {
+		t.Errorf("struct_size %d, want 104", s)
+	}
+	if s := structSizeOf[cBufferIsOnCpuArgs](); s != 25 {
+		t.Errorf("PJRT_Buffer_IsOnCpu_Args struct_size %d, want 25", s)
+	}
+}
+
+// TestReadInPlace checks that the CPU plugin's buffers are read where they
+// lie (the path ToHost takes for them) and give the bytes uploaded.
+func TestReadInPlace(t *testing.T) {
+	c := cpu(t)
+	devs := devices(t, c)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		typ  ElementType
+		dims []int64
+		data []byte
+	}{
+		{F32, []int64{2, 3}, f32(1, -2, 3.5, 0, 1e-30, 65504)},
+		{F32, nil, f32(42)},
+		{S64, []int64{3}, Bytes([]int64{-1 << 62, 7, 0})},
+		{U8, []int64{2, 2, 2}, []byte{1, 2, 3, 4, 5, 6, 7, 8}},
+	} {
+		buf, err := c.BufferFromHost(ctx, devs[0], tc.typ, tc.dims, tc.data, ImmutableOnlyDuringCall)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := buf.handle("test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(tc.data))
+		ok, err := buf.readInPlace(ctx, h, got)
+		if err != nil || !ok {
+			t.Errorf("%v %v: readInPlace = %v, %v; want a read in place", tc.typ, tc.dims, ok, err)
+		} else if !reflect.DeepEqual(got, tc.data) {
+			t.Errorf("%v %v: read %v, want %v", tc.typ, tc.dims, got, tc.data)
+		}
+		// A destination of the wrong size is left to ToHost's check.
+		if ok, _ := buf.readInPlace(ctx, h, make([]byte, len(tc.data)+1)); ok {
+			t.Errorf("%v %v: read in place into a destination of the wrong size", tc.typ, tc.dims)
+		}
+		if err := buf.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
