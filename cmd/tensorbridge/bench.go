@@ -191,6 +191,7 @@ type hostInfo struct {
 	LoadBefore [3]float64 `json:"loadavg_before"`
 	LoadAfter  [3]float64 `json:"loadavg_after"`
 	GoVersion  string     `json:"go"`
+	Malloc     string     `json:"malloc"` // the C allocator's settings (malloc.go)
 }
 
 // latencyStats are percentiles over the timed runs, nearest-rank.
@@ -282,7 +283,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // bench runs the measurements of one process.
 func bench(ctx context.Context, c *benchConfig, stderr io.Writer) (*benchReport, error) {
 	rep := &benchReport{Model: c.model, Precision: c.precision}
-	rep.Host = hostInfo{CPU: cpuModel(), CPUs: availableCPUs(), GoVersion: runtime.Version(), LoadBefore: loadAvg()}
+	rep.Host = hostInfo{CPU: cpuModel(), CPUs: availableCPUs(), GoVersion: runtime.Version(), LoadBefore: loadAvg(), Malloc: mallocSetting()}
 	if c.threads > 0 {
 		desc, err := limitThreads(c.threads)
 		if err != nil {
@@ -747,7 +748,7 @@ func runRestart(ctx context.Context, c *benchConfig, stdout, stderr io.Writer) e
 	defer os.RemoveAll(dir)
 	childArgs := restartChildArgs(c)
 	rep := &benchReport{Model: c.model, Precision: c.precision, Restart: &restartReport{CacheDir: dir}}
-	rep.Host = hostInfo{CPU: cpuModel(), CPUs: availableCPUs(), GoVersion: runtime.Version(), LoadBefore: loadAvg()}
+	rep.Host = hostInfo{CPU: cpuModel(), CPUs: availableCPUs(), GoVersion: runtime.Version(), LoadBefore: loadAvg(), Malloc: mallocSetting()}
 	for _, pt := range []*restartPoint{&rep.Restart.Cold, &rep.Restart.Warm} {
 		cmd := exec.CommandContext(ctx, self, childArgs...)
 		cmd.Env = append(os.Environ(), cacheDirEnv+"="+dir)
@@ -819,6 +820,7 @@ func printBench(w io.Writer, c *benchConfig, rep *benchReport) error {
 	}
 	fmt.Fprintf(w, "%s on %s (%s), %s, precision %s\n", rep.Model, rep.Backend, orDash(rep.Device), rep.Threads, rep.Precision)
 	fmt.Fprintf(w, "host: %s, %d CPUs, load %.2f before, %.2f after\n", rep.Host.CPU, rep.Host.CPUs, rep.Host.LoadBefore[0], rep.Host.LoadAfter[0])
+	fmt.Fprintf(w, "malloc: %s\n", rep.Host.Malloc)
 	if r := rep.Restart; r != nil {
 		for _, p := range []struct {
 			name string

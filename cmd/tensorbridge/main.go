@@ -43,6 +43,7 @@ func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
 func main() {
+	reexecWithMallocTunables() // malloc.go
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	code := Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
