@@ -110,6 +110,60 @@ type LoadedExecutable struct {
 	mu sync.Mutex
 	h  uintptr     // 0 once destroyed
 	ex *Executable // lazily fetched PJRT_Executable view, freed with the loaded executable
+	// outs is what Execute needs to know of the outputs, read from the
+	// plugin once (a compiled program's outputs do not change) instead of
+	// on every execution; nil until the first Execute.
+	outs *outputInfo
+}
+
+// outputInfo is an executable's output count and, per output, the byte
+// size of its dense host copy (-1 where the element type has no byte
+// layout), which Execute stamps on single-device outputs so that ToHost
+// need not ask the plugin for it.
+type outputInfo struct {
+	n         int
+	hostSizes []int
+}
+
+// outputs returns the executable's outputInfo, asking the plugin on the
+// first call only.
+func (e *LoadedExecutable) outputs() (*outputInfo, error) {
+	e.mu.Lock()
+	info := e.outs
+	e.mu.Unlock()
+	if info != nil {
+		return info, nil
+	}
+	ex, err := e.Executable()
+	if err != nil {
+		return nil, err
+	}
+	n, err := ex.NumOutputs()
+	if err != nil {
+		return nil, err
+	}
+	info = &outputInfo{n: n, hostSizes: make([]int, n)}
+	for i := range info.hostSizes {
+		info.hostSizes[i] = -1
+	}
+	// The sizes are an optimisation: a plugin that cannot say leaves them
+	// unknown, and ToHost asks each buffer instead.
+	types, terr := ex.OutputElementTypes()
+	dims, derr := ex.OutputDims()
+	if terr == nil && derr == nil && len(types) == n && len(dims) == n {
+		for i := range n {
+			if size, err := denseSize("", types[i], dims[i]); err == nil {
+				info.hostSizes[i] = size
+			}
+		}
+	}
+	e.mu.Lock()
+	if e.outs == nil {
+		e.outs = info
+	}
+	info = e.outs
+	e.mu.Unlock()
+	return info, nil
 }
 
 func (c *Client) newLoaded(h uintptr) *LoadedExecutable {
@@ -282,14 +336,11 @@ func (e *LoadedExecutable) Execute(ctx context.Context, args [][]*Buffer, opts *
 			return nil, argError(op, "argument list %d has %d buffers, list 0 has %d: every device takes the same number", d, len(list), numArgs)
 		}
 	}
-	ex, err := e.Executable()
+	info, err := e.outputs()
 	if err != nil {
 		return nil, err
 	}
-	numOut, err := ex.NumOutputs()
-	if err != nil {
-		return nil, err
-	}
+	numOut := info.n
 
 	// Argument handles, device-major, as PJRT_Buffer* const* const*.
 	inner := make([][]uintptr, len(args))
@@ -386,7 +437,13 @@ func (e *LoadedExecutable) Execute(ctx context.Context, args [][]*Buffer, opts *
 	for d, list := range res.outs {
 		out[d] = make([]*Buffer, len(list))
 		for i, bh := range list {
-			out[d][i] = e.c.newBuffer(bh)
+			b := e.c.newBuffer(bh)
+			if len(res.outs) == 1 {
+				// One device: each output is the whole array the program
+				// declares (with several, an output may be a shard).
+				b.hostSize = info.hostSizes[i]
+			}
+			out[d][i] = b
 		}
 	}
 	return out, nil
