@@ -271,11 +271,10 @@ func (e *Executable) RunOn(ctx context.Context, dev int, inputs ...*ir.Tensor) (
 		return nil, &errs.Error{Kind: errs.InvalidArgument, Backend: e.b.Name(), Op: "run",
 			Err: fmt.Errorf("device %d out of range: the backend has %d device(s)", dev, len(e.b.devices))}
 	}
-	leave, err := e.b.enter("run")
-	if err != nil {
+	if err := e.b.begin("run"); err != nil {
 		return nil, err
 	}
-	defer leave()
+	defer e.b.end()
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.g == nil {

@@ -347,11 +347,14 @@ func (m *Model) run(ctx context.Context, inputs map[string]*ir.Tensor, strs map[
 				return nil, nil, nil, err
 			}
 		}
-		me, done, err = m.execs.GetOrCompile(ctx, l.key, func(ctx context.Context) (*modelExec, int64, error) {
-			return m.compile(ctx, l.padded, nil, nil)
-		})
-		if err != nil {
-			return nil, nil, nil, err
+		var ok bool
+		if me, done, ok = m.execs.Get(l.key); !ok { // evicted since
+			me, done, err = m.execs.GetOrCompile(ctx, l.key, func(ctx context.Context) (*modelExec, int64, error) {
+				return m.compile(ctx, l.padded, nil, nil)
+			})
+			if err != nil {
+				return nil, nil, nil, err
+			}
 		}
 	} else {
 		shapes, values, err := m.checkInputs(inputs)

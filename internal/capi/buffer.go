@@ -115,7 +115,8 @@ func (e event) await() error {
 	a := newArgs[cEventArgs]()
 	a.event = e.h
 	err := e.p.call(fnEventAwait, unsafe.Pointer(a))
-	e.destroy()
+	a.event = e.h // the same arguments destroy it
+	_ = e.p.call(fnEventDestroy, unsafe.Pointer(a))
 	return err
 }
 

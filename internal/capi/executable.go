@@ -369,23 +369,42 @@ func (e *LoadedExecutable) Execute(ctx context.Context, args [][]*Buffer, opts *
 	type result struct {
 		outs [][]uintptr
 	}
+	// One frame holds the argument structs and, for one device, the arrays
+	// of per-device pointers, so that one pin covers them all.
+	type frame struct {
+		a       cLoadedExecutableExecuteArgs
+		eo      cExecuteOptions
+		argList [1]unsafe.Pointer
+		outList [1]unsafe.Pointer
+		event   [1]uintptr
+	}
 	run := func() (result, error) {
 		var pin runtime.Pinner
 		defer pin.Unpin()
-		argLists := make([]unsafe.Pointer, len(args))
+		f := &frame{}
+		f.a.structSize = structSizeOf[cLoadedExecutableExecuteArgs]()
+		f.eo.structSize = structSizeOf[cExecuteOptions]()
+		pin.Pin(f)
+		argLists, outLists, events := f.argList[:], f.outList[:], f.event[:]
+		if len(args) > 1 {
+			argLists = make([]unsafe.Pointer, len(args))
+			outLists = make([]unsafe.Pointer, len(args))
+			events = make([]uintptr, len(args))
+			pin.Pin(unsafe.SliceData(argLists))
+			pin.Pin(unsafe.SliceData(outLists))
+			pin.Pin(unsafe.SliceData(events))
+		}
 		for d := range inner {
 			argLists[d] = unsafe.Pointer(unsafe.SliceData(inner[d]))
 			pin.Pin(argLists[d])
 		}
 		outs := make([][]uintptr, len(args))
-		outLists := make([]unsafe.Pointer, len(args))
 		for d := range outs {
 			outs[d] = make([]uintptr, max(numOut, 1))
 			outLists[d] = unsafe.Pointer(unsafe.SliceData(outs[d]))
 			pin.Pin(outLists[d])
 		}
-		events := make([]uintptr, len(args))
-		eo := newArgs[cExecuteOptions]()
+		eo := &f.eo
 		eo.launchID = opts.LaunchID
 		if len(opts.NonDonatable) > 0 {
 			nd := make([]int64, len(opts.NonDonatable))
@@ -395,18 +414,14 @@ func (e *LoadedExecutable) Execute(ctx context.Context, args [][]*Buffer, opts *
 			eo.nonDonatableInputIndices = pinInt64s(&pin, nd)
 			eo.numNonDonatableInputIndices = uintptr(len(nd))
 		}
-		pin.Pin(eo)
-		a := newArgs[cLoadedExecutableExecuteArgs]()
+		a := &f.a
 		a.executable = h
 		a.options = unsafe.Pointer(eo)
 		a.argumentLists = unsafe.Pointer(unsafe.SliceData(argLists))
-		pin.Pin(a.argumentLists)
 		a.numDevices = uintptr(len(args))
 		a.numArgs = uintptr(numArgs)
 		a.outputLists = unsafe.Pointer(unsafe.SliceData(outLists))
-		pin.Pin(a.outputLists)
 		a.deviceCompleteEvents = unsafe.Pointer(unsafe.SliceData(events))
-		pin.Pin(a.deviceCompleteEvents)
 		if opts.Device != nil {
 			a.executeDevice = opts.Device.h
 		}
@@ -419,15 +434,14 @@ func (e *LoadedExecutable) Execute(ctx context.Context, args [][]*Buffer, opts *
 				first = err
 			}
 		}
-		res := result{outs: make([][]uintptr, len(outs))}
 		for d := range outs {
-			res.outs[d] = outs[d][:numOut]
+			outs[d] = outs[d][:numOut]
 		}
 		if first != nil {
-			e.c.p.destroyBufferHandles(res.outs)
+			e.c.p.destroyBufferHandles(outs)
 			return result{}, first
 		}
-		return res, nil
+		return result{outs: outs}, nil
 	}
 	res, err := blocking(ctx, op, run, func(r result) { e.c.p.destroyBufferHandles(r.outs) })
 	if err != nil {
