@@ -146,3 +146,34 @@ func TestDirectOutputSizeChecked(t *testing.T) {
 		t.Fatalf("a 20-byte destination for 24 bytes: %v, want InvalidArgument", err)
 	}
 }
+
+// The direct path with an empty array in and out (no bytes to copy) and a
+// boolean one (one byte per element on both sides).
+func TestRunDirectEmptyAndBool(t *testing.T) {
+	b := openXLACPUInternal(t)
+	ctx := context.Background()
+	empty := ir.MakeShape(ir.Float32, 0, 3)
+	exe, err := b.Compile(ctx, "empty-bool", func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+		return []*ir.Node{graph.Add(in[0], in[0]), graph.LogicalNot(in[1])}, nil
+	}, empty, ir.MakeShape(ir.Bool, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Close()
+	if exe.direct == nil {
+		t.Fatal("no direct form")
+	}
+	outs, err := exe.Run(ctx, tensors.FromShape(empty), tensors.FromFlatDataAndDimensions([]bool{true, false, false, true}, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !outs[0].Shape().Equal(empty) {
+		t.Fatalf("empty output has shape %s", outs[0].Shape())
+	}
+	got, want := tensors.MustCopyFlatData[bool](outs[1]), []bool{false, true, true, false}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("not = %v, want %v", got, want)
+		}
+	}
+}
