@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +32,12 @@ type Executable struct {
 	// outPos maps each output the Func returned to its position among the
 	// compiled outputs, which are deduplicated and may carry extra entries.
 	outPos []int
+
+	// direct is the compiled program run without GoMLX's wrappers, when
+	// the backend offers it (driver.DirectRunner); outShapes are its
+	// outputs' shapes. nil: runs go through GoMLX's Graph.
+	direct    driver.DirectExecutable
+	outShapes []ir.Shape
 
 	mu sync.RWMutex // held shared by each run, exclusively by Close
 	g  *ir.Graph    // nil once closed
@@ -117,7 +125,13 @@ func (b *Backend) compileSync(name string, fn Func, inputs []ir.Shape) (*Executa
 	if err != nil {
 		return nil, err
 	}
-	return &Executable{b: b, name: name, inputs: inputs, g: g, outPos: outPos}, nil
+	exe := &Executable{b: b, name: name, inputs: inputs, g: g, outPos: outPos}
+	if dr, ok := b.drv.(driver.DirectRunner); ok {
+		if d := dr.Direct(g); d != nil {
+			exe.direct, exe.outShapes = d, d.OutputShapes()
+		}
+	}
+	return exe, nil
 }
 
 func (b *Backend) build(name string, fn Func, inputs []ir.Shape) (g *ir.Graph, outPos []int, err error) {
@@ -257,17 +271,19 @@ func (e *Executable) RunOn(ctx context.Context, dev int, inputs ...*ir.Tensor) (
 		return nil, &errs.Error{Kind: errs.InvalidArgument, Backend: e.b.Name(), Op: "run",
 			Err: fmt.Errorf("device %d out of range: the backend has %d device(s)", dev, len(e.b.devices))}
 	}
-	leave, err := e.b.enter("run")
-	if err != nil {
+	if err := e.b.begin("run"); err != nil {
 		return nil, err
 	}
-	defer leave()
+	defer e.b.end()
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.g == nil {
 		return nil, &errs.Error{Kind: errs.FailedPrecondition, Backend: e.b.Name(), Op: "run", Err: ErrClosed}
 	}
-	defer recoverInto(&err, e.b.Name(), fmt.Sprintf("running %q", e.name))
+	defer recoverRunning(&err, e.b.Name(), e.name)
+	if e.direct != nil {
+		return e.runDirect(ctx, dev, inputs)
+	}
 	eng := e.b.drv.Engine()
 	bufs := make([]ir.Buffer, len(inputs))
 	owned := make([]bool, len(inputs))
@@ -303,6 +319,55 @@ func (e *Executable) RunOn(ctx context.Context, dev int, inputs ...*ir.Tensor) (
 	return outs, nil
 }
 
+// runDirect is RunOn through the backend's direct path: host inputs are
+// uploaded from their own storage, device inputs lent, and the outputs
+// downloaded straight into new host tensors. The caller holds e.mu.
+func (e *Executable) runDirect(ctx context.Context, dev int, inputs []*ir.Tensor) ([]*ir.Tensor, error) {
+	eng := e.b.drv.Engine()
+	args := make([]driver.DirectArg, len(inputs))
+	var owned []ir.Buffer
+	defer func() {
+		for _, b := range owned {
+			_ = ir.FreeBuffer(eng, b)
+		}
+	}()
+	for i, t := range inputs {
+		if raw, ok := ir.LocalBytes(t); ok {
+			args[i].Host = raw
+			continue
+		}
+		b, own, err := ir.DeviceBuffer(eng, dev, t)
+		if err != nil {
+			return nil, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "value", Expected: "a tensor readable on the host or on this device", Got: err.Error()}
+		}
+		if own {
+			owned = append(owned, b)
+		}
+		args[i].Buffer = b
+	}
+	// Only the requested outputs are downloaded (the compiled ones may
+	// carry extra entries, see compiledOutputs), each once.
+	dst := make([][]byte, len(e.outShapes))
+	all := make([]*ir.Tensor, len(e.outShapes))
+	outs := make([]*ir.Tensor, len(e.outPos))
+	for i, j := range e.outPos {
+		if all[j] == nil {
+			t, raw, err := ir.NewHostTensorBytes(e.outShapes[j])
+			if err != nil {
+				return nil, &errs.Error{Kind: errs.Internal, Backend: e.b.Name(), Op: "run", Err: fmt.Errorf("output #%d: %w", i, err)}
+			}
+			all[j], dst[j] = t, raw
+		}
+		outs[i] = all[j]
+	}
+	err := e.direct.RunDirect(ctx, dev, args, dst)
+	runtime.KeepAlive(inputs) // their storage is read by the run
+	if err != nil {
+		return nil, classify(err, e.b.Name(), "running "+strconv.Quote(e.name))
+	}
+	return outs, nil
+}
+
 // Close releases the compiled program, after the runs in flight ended. It is
 // idempotent.
 func (e *Executable) Close() error {
@@ -322,6 +387,23 @@ func recoverInto(err *error, backend, op string) {
 	if r == nil {
 		return
 	}
+	if e, ok := r.(error); ok {
+		*err = classify(e, backend, op)
+		return
+	}
+	*err = &errs.Error{Kind: errs.Internal, Backend: backend, Op: op,
+		Err: fmt.Errorf("panic: %v\n%s", r, firstFrames(debug.Stack(), 12))}
+}
+
+// recoverRunning is recoverInto for a run of the named program, which
+// builds the operation's name only when there was a panic. It must be
+// deferred directly.
+func recoverRunning(err *error, backend, name string) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	op := "running " + strconv.Quote(name)
 	if e, ok := r.(error); ok {
 		*err = classify(e, backend, op)
 		return

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tensorbridge/tensorbridge/cache"
@@ -41,6 +43,65 @@ type Model struct {
 	weights *deviceWeights
 	// sharded: the model on a mesh of devices (sharded.go); nil on one.
 	sharded *shardedModel
+
+	// hot is what Run reads of the model on every call (newRunInfo).
+	hot *runInfo
+}
+
+// runInfo is what Run reads of the model on every call, taken once at
+// load: the declared inputs (onnx.Model.Inputs clones them), why Run
+// refuses the model if it does (STRING values, sequences or optionals),
+// whether any input's value sets shapes, whether any output is STRING.
+type runInfo struct {
+	ins          []ValueSpec
+	runErr       error
+	valueInputs  bool
+	stringOutput bool
+	// last is the specialisation the latest call without shape-setting
+	// values or STRING inputs resolved to, keyed by its inputs' dims: a call
+	// with the same dims reuses its key, padded shapes and dimension sizes
+	// instead of recomputing them (lastShapes).
+	last atomic.Pointer[lastShapes]
+}
+
+// newRunInfo reads m's runInfo. A Model that is a view of another with a
+// different onnx.Model or key (RunValues) gets its own.
+func newRunInfo(m *Model) *runInfo {
+	h := &runInfo{ins: m.m.Inputs(), valueInputs: len(m.m.ValueInputs()) > 0}
+	for _, s := range m.m.Outputs() {
+		h.stringOutput = h.stringOutput || s.DType == onnx.String
+	}
+	h.runErr = m.needsStrings() // strings.go
+	if h.runErr == nil && m.m.HasStructuredBoundary() {
+		h.runErr = errStructured(m) // sequences and optionals go through RunValues (values.go)
+	}
+	return h
+}
+
+// lastShapes is a resolved set of input shapes (model.go, Model.run).
+// Everything in it is read-only once published.
+type lastShapes struct {
+	dims   [][]int          // each input's dims, in m.ins order; nil for STRING inputs
+	shapes map[string][]int // the same by name, as checkInputs returns them
+	padded map[string][]int // after bucketing
+	real   map[string]int   // symbolic dimension sizes before bucketing
+	pads   bool             // some input is padded
+	key    string           // the specialisation key of padded
+}
+
+// matches reports whether inputs have exactly the dims l was resolved for
+// (names and dtypes are checked by the caller).
+func (l *lastShapes) matches(ins []ValueSpec, inputs map[string]*ir.Tensor) bool {
+	for k, s := range ins {
+		if s.DType == onnx.String {
+			continue
+		}
+		t := inputs[s.Name]
+		if t == nil || !slices.Equal(t.Shape().Dimensions, l.dims[k]) {
+			return false
+		}
+	}
+	return true
 }
 
 // modelExec is one specialisation of a model, compiled.
@@ -166,10 +227,12 @@ func (b *Backend) LoadModel(ctx context.Context, path string, opts ...ModelOptio
 		}
 		return nil, err
 	}
-	return &Model{b: b, path: path, m: m, execs: execs, exact: o.exact, bcfg: b.settings.Buckets,
+	mdl := &Model{b: b, path: path, m: m, execs: execs, exact: o.exact, bcfg: b.settings.Buckets,
 		buckets: planBuckets(m),
 		prec:    spec, precStr: fmt.Sprintf("%s mixed=%v", prec, mixed), device: o.device, fit: fit,
-		weights: weights, sharded: sharded}, nil
+		weights: weights, sharded: sharded}
+	mdl.hot = newRunInfo(mdl)
+	return mdl, nil
 }
 
 // specializeOptions maps a precision setting onto the importer's options.
@@ -248,11 +311,8 @@ func (m *Model) ONNX() *onnx.Model { return m.m }
 // against the model first: a mismatch is an *InputError saying expected
 // against got.
 func (m *Model) Run(ctx context.Context, inputs map[string]*ir.Tensor) (map[string]*ir.Tensor, error) {
-	if err := m.needsStrings(); err != nil { // strings.go
+	if err := m.hot.runErr; err != nil { // STRING values (strings.go), sequences and optionals (values.go)
 		return nil, err
-	}
-	if m.m.HasStructuredBoundary() { // sequences and optionals go through RunValues (values.go)
-		return nil, errStructured(m)
 	}
 	outs, _, _, err := m.run(ctx, inputs, nil)
 	return outs, err
@@ -269,34 +329,70 @@ func (m *Model) run(ctx context.Context, inputs map[string]*ir.Tensor, strs map[
 		outs, err := m.runSharded(ctx, inputs)
 		return outs, nil, nil, err
 	}
-	shapes, values, err := m.checkInputs(inputs)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	real := m.dimValues(shapes)
-	inputs, shapes, err = m.pad(inputs, shapes)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	me, done, err := m.specialisation(ctx, shapes, values, strs)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	defer done()
-	args := make([]*ir.Tensor, len(me.params))
-	for i, p := range me.params {
-		t, err := me.plan.PrepareInput(p.Name, inputs[p.Name])
+	var (
+		me   *modelExec
+		done func()
+		real map[string]int
+		err  error
+	)
+	// The same dims as the latest call's (and nothing else that keys a
+	// specialisation): reuse what that call resolved.
+	if l := m.hot.last.Load(); l != nil && strs == nil && !m.hot.valueInputs && l.matches(m.hot.ins, inputs) {
+		if err := m.checkNamesAndDTypes(inputs); err != nil {
+			return nil, nil, nil, err
+		}
+		real = l.real
+		if l.pads {
+			if inputs, _, err = m.pad(inputs, l.shapes); err != nil {
+				return nil, nil, nil, err
+			}
+		}
+		var ok bool
+		if me, done, ok = m.execs.Get(l.key); !ok { // evicted since
+			me, done, err = m.execs.GetOrCompile(ctx, l.key, func(ctx context.Context) (*modelExec, int64, error) {
+				return m.compile(ctx, l.padded, nil, nil)
+			})
+			if err != nil {
+				return nil, nil, nil, err
+			}
+		}
+	} else {
+		shapes, values, err := m.checkInputs(inputs)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		args[i] = t
+		real = m.dimValues(shapes)
+		padded := shapes
+		inputs, padded, err = m.pad(inputs, shapes)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		key := m.specialisationKey(padded, values, strs)
+		me, done, err = m.execs.GetOrCompile(ctx, key, func(ctx context.Context) (*modelExec, int64, error) {
+			return m.compile(ctx, padded, values, strs)
+		})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if strs == nil && len(values) == 0 {
+			m.remember(shapes, padded, real, key)
+		}
 	}
+	defer done()
+	args := make([]*ir.Tensor, 0, len(me.weights)+len(me.params))
 	if len(me.weights) > 0 { // weights on the device go first (weights.go)
 		w, err := m.weights.args(me.weights)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		args = append(w, args...)
+		args = append(args, w...)
+	}
+	for _, p := range me.params {
+		t, err := me.plan.PrepareInput(p.Name, inputs[p.Name])
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		args = append(args, t)
 	}
 	var res []*ir.Tensor
 	if me.exe != nil { // nil when every output is STRING (strings.go)
@@ -317,9 +413,11 @@ func (m *Model) run(ctx context.Context, inputs map[string]*ir.Tensor, strs map[
 		}
 		outs[spec.Name] = t
 	}
-	souts, err := me.plan.StringOutputs()
-	if err != nil {
-		return nil, nil, nil, err
+	var souts map[string]*StringTensor
+	if m.hot.stringOutput {
+		if souts, err = me.plan.StringOutputs(); err != nil {
+			return nil, nil, nil, err
+		}
 	}
 	return outs, souts, me.plan, nil
 }
@@ -327,10 +425,53 @@ func (m *Model) run(ctx context.Context, inputs map[string]*ir.Tensor, strs map[
 // specialisation returns the compiled executable for these (padded)
 // shapes, compiling it once however many callers ask at the same time.
 func (m *Model) specialisation(ctx context.Context, shapes map[string][]int, values map[string]*ir.Tensor, strs map[string]*StringTensor) (*modelExec, func(), error) {
-	key := m.precStr + "|" + specialisationKey(shapes, values) + stringsKey(strs)
-	return m.execs.GetOrCompile(ctx, key, func(ctx context.Context) (*modelExec, int64, error) {
+	return m.execs.GetOrCompile(ctx, m.specialisationKey(shapes, values, strs), func(ctx context.Context) (*modelExec, int64, error) {
 		return m.compile(ctx, shapes, values, strs)
 	})
+}
+
+// specialisationKey is the key of the compiled specialisation for these
+// (padded) shapes, values of shape-setting inputs and STRING inputs.
+func (m *Model) specialisationKey(shapes map[string][]int, values map[string]*ir.Tensor, strs map[string]*StringTensor) string {
+	return m.precStr + "|" + specialisationKey(shapes, values) + stringsKey(strs)
+}
+
+// remember publishes a resolved set of input shapes for the next call's
+// fast path. The maps are not written again after this.
+func (m *Model) remember(shapes, padded map[string][]int, real map[string]int, key string) {
+	l := &lastShapes{dims: make([][]int, len(m.hot.ins)), shapes: shapes, padded: padded, real: real, key: key}
+	for k, s := range m.hot.ins {
+		if d, ok := shapes[s.Name]; ok {
+			l.dims[k] = d
+			l.pads = l.pads || !slices.Equal(d, padded[s.Name])
+		}
+	}
+	m.hot.last.Store(l)
+}
+
+// checkNamesAndDTypes is the part of checkInputs that the fast path (inputs
+// of already resolved dims) still needs: every input is known, every
+// numeric one given, of its declared dtype.
+func (m *Model) checkNamesAndDTypes(inputs map[string]*ir.Tensor) error {
+	given := 0
+	for _, s := range m.hot.ins {
+		if s.DType == onnx.String {
+			continue
+		}
+		t := inputs[s.Name] // present and non-nil: matches found its dims
+		if t.DType() != s.DType {
+			return &errs.InputError{Name: s.Name, Problem: "dtype", Expected: s.DType.String(), Got: t.DType().String()}
+		}
+		given++
+	}
+	if len(inputs) != given { // an unknown name (or a STRING input given to Run): the full check says which
+		_, _, err := m.checkInputs(inputs)
+		if err == nil {
+			err = &errs.Error{Kind: errs.Internal, Op: "run model", Err: fmt.Errorf("%d inputs given, %d numeric inputs declared", len(inputs), given)}
+		}
+		return err
+	}
+	return nil
 }
 
 // dimValues maps each symbolic dimension to its size in these inputs.

@@ -13,13 +13,23 @@ package tensorbridge_test
 // client option async=false (the XLA CPU client then runs every execution
 // on the calling thread instead of its thread pool). BenchmarkOverheadMLP
 // runs the 64-128-64-10 reference MLP through Model.Run.
+//
+// On a loaded machine the separate benchmarks drift apart by more than
+// the overhead itself. BenchmarkOverheadPaired therefore alternates, call
+// by call, the raw sequence and Model.Run on the same PJRT client (the
+// backend's own, with its options) and reports the median per-call
+// difference ("overhead-ns"), besides each side's median:
+//
+//	go test -run '^$' -bench 'OverheadPaired' -benchtime 20000x .
 
 import (
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -217,4 +227,93 @@ func BenchmarkOverheadMLP(b *testing.B) {
 			}
 		})
 	}
+}
+
+func BenchmarkOverheadPaired(b *testing.B) {
+	for _, spec := range []string{"xla-cpu", "xla-cpu:async=false"} {
+		b.Run(spec, func(b *testing.B) { pairedAdd(b, spec) })
+	}
+}
+
+func pairedAdd(b *testing.B, spec string) {
+	be := openXLACPU(b, spec)
+	ctx := context.Background()
+	m, err := be.LoadModel(ctx, addModelPath(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	eng, ok := be.Engine().(*pjrt.Engine)
+	if !ok {
+		b.Skipf("%s is not a PJRT backend", spec)
+	}
+	c := eng.Client()
+	dev, err := eng.Device(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	exe, err := c.Compile(ctx, capi.MLIR(progAdd345), capi.CompileOptions{Portable: true, EnvOptionOverrides: eng.XLAOptions()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer exe.Destroy()
+	x, y := add345Inputs()
+	xb, yb := capi.Bytes(x), capi.Bytes(y)
+	dims := []int64{3, 4, 5}
+	out := make([]byte, 240)
+	eo := &capi.ExecuteOptions{Device: dev}
+	raw := func() {
+		bx, err := c.BufferFromHost(ctx, dev, capi.F32, dims, xb, capi.ImmutableOnlyDuringCall)
+		if err != nil {
+			b.Fatal(err)
+		}
+		by, err := c.BufferFromHost(ctx, dev, capi.F32, dims, yb, capi.ImmutableOnlyDuringCall)
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := exe.Execute(ctx, [][]*capi.Buffer{{bx, by}}, eo)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := res[0][0].ToHost(ctx, out); err != nil {
+			b.Fatal(err)
+		}
+		_ = bx.Destroy()
+		_ = by.Destroy()
+		_ = res[0][0].Destroy()
+	}
+	in := map[string]*ir.Tensor{"x": tensors.FromFlatDataAndDimensions(x, 3, 4, 5), "y": tensors.FromFlatDataAndDimensions(y, 3, 4, 5)}
+	model := func() {
+		res, err := m.Run(ctx, in)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = tensors.MustCopyFlatData[float32](res["sum"])
+	}
+	raw()
+	model()
+	rawNs, modelNs, diff := make([]float64, 0, b.N), make([]float64, 0, b.N), make([]float64, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		// Alternate which goes first, so that neither always follows the other.
+		first, second := raw, model
+		if i%2 == 1 {
+			first, second = model, raw
+		}
+		t0 := time.Now()
+		first()
+		t1 := time.Now()
+		second()
+		t2 := time.Now()
+		r, mo := t1.Sub(t0), t2.Sub(t1)
+		if i%2 == 1 {
+			r, mo = mo, r
+		}
+		rawNs, modelNs, diff = append(rawNs, float64(r)), append(modelNs, float64(mo)), append(diff, float64(mo-r))
+	}
+	b.StopTimer()
+	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	b.ReportMetric(median(rawNs), "raw-ns")
+	b.ReportMetric(median(modelNs), "model-ns")
+	b.ReportMetric(median(diff), "overhead-ns")
 }

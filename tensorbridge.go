@@ -340,6 +340,27 @@ func (b *Backend) enter(op string) (leave func(), err error) {
 	}, nil
 }
 
+// begin and end are enter and its leave for the run path, without the
+// closure: every begin that returns nil must be followed by one end.
+func (b *Backend) begin(op string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return &errs.Error{Kind: errs.FailedPrecondition, Backend: b.drv.Name(), Op: op, Err: ErrClosed}
+	}
+	b.inflight++
+	return nil
+}
+
+func (b *Backend) end() {
+	b.mu.Lock()
+	b.inflight--
+	if b.inflight == 0 {
+		b.idle.Broadcast()
+	}
+	b.mu.Unlock()
+}
+
 func (b *Backend) check() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -78,6 +78,7 @@ func (m *Model) RunValues(ctx context.Context, inputs map[string]Value) (map[str
 		c.m = dm
 		c.precStr = m.precStr + "|" + key
 		c.buckets = planBuckets(dm)
+		c.hot = newRunInfo(&c)
 		view = &c
 	}
 	outs, _, plan, err := view.run(ctx, flat, nil)

@@ -25,6 +25,8 @@
 //	GraphChecker    rejects ops and dtypes before execution
 //	DiskCacher      stores serialized executables across processes
 //	ProcessReporter the backend's place in a multi-process job
+//	DirectRunner    runs a compiled graph from host memory to host memory
+//	                without GoMLX's tensor and buffer wrappers
 package driver
 
 import (
@@ -126,6 +128,44 @@ type GraphChecker interface {
 // programs live only in memory.
 type DiskCacher interface {
 	SetDiskCache(d *cache.Disk, report func(error))
+}
+
+// DirectRunner is implemented by backends that can run a compiled graph
+// straight from host bytes to host bytes: package tensorbridge's Run path
+// uses it so that what a call costs beyond the runtime's own work is a
+// few checks, not GoMLX's per-call tensor and buffer wrappers.
+type DirectRunner interface {
+	// Direct returns the program g (compiled on this backend's engine) was
+	// compiled to, or nil when there is no direct form of it; g then runs
+	// through GoMLX.
+	Direct(g *ir.Graph) DirectExecutable
+}
+
+// DirectExecutable is a compiled program run by DirectRunner's backend.
+// It is safe for concurrent use.
+type DirectExecutable interface {
+	// OutputShapes returns the shape of each output the program computes,
+	// in order.
+	OutputShapes() []ir.Shape
+	// RunDirect executes the program on device dev (an index into the
+	// backend's devices; a program compiled for a fixed device runs there).
+	// in holds one argument per parameter, in order. out holds one slice
+	// per output, each exactly the byte size of the output's dense
+	// row-major host copy, which RunDirect fills; a nil slice skips that
+	// output. Every device buffer RunDirect creates is freed before it
+	// returns, on success or failure. Neither in nor out is used after it
+	// returns, except that when ctx ends first RunDirect returns ctx's
+	// error at once and the abandoned run may still read in and write out
+	// until it ends.
+	RunDirect(ctx context.Context, dev int, in []DirectArg, out [][]byte) error
+}
+
+// DirectArg is one argument of DirectExecutable.RunDirect: a buffer of the
+// backend lent for the run, or else host bytes (row-major, the machine's
+// byte order, exactly the parameter's size) copied to the device.
+type DirectArg struct {
+	Host   []byte
+	Buffer ir.Buffer
 }
 
 var (

@@ -182,6 +182,11 @@ type Executable struct {
 	// k-th device PJRT takes argument lists for.
 	order   []int
 	targets []backends.DeviceNum // engine device of each assignment position
+
+	// direct is the signature in the binding's terms, for RunDirect
+	// (direct.go), computed once.
+	directOnce sync.Once
+	direct     *directInfo
 }
 
 var _ backends.Executable = (*Executable)(nil)

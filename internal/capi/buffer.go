@@ -115,7 +115,8 @@ func (e event) await() error {
 	a := newArgs[cEventArgs]()
 	a.event = e.h
 	err := e.p.call(fnEventAwait, unsafe.Pointer(a))
-	e.destroy()
+	a.event = e.h // the same arguments destroy it
+	_ = e.p.call(fnEventDestroy, unsafe.Pointer(a))
 	return err
 }
 
@@ -139,10 +140,15 @@ type Buffer struct {
 	mu      sync.Mutex
 	h       uintptr // 0 once destroyed
 	cleanup runtime.Cleanup
+	// hostSize is the byte size of the buffer's dense host copy when the
+	// binding knows it without asking the plugin (it made the buffer from
+	// host data of that size, or it is an output of a program whose output
+	// shapes it read), -1 otherwise. A buffer's shape never changes.
+	hostSize int
 }
 
 func (c *Client) newBuffer(h uintptr) *Buffer {
-	b := &Buffer{c: c, h: h}
+	b := &Buffer{c: c, h: h, hostSize: -1}
 	c.mu.Lock()
 	c.buffers[h] = struct{}{}
 	if traceLost {
@@ -300,6 +306,7 @@ func (c *Client) BufferFromHost(ctx context.Context, dev *Device, t ElementType,
 		// data stays pinned until the plugin is done reading it.
 		doneErr := event{c.p, a.doneWithHostBuffer}.await()
 		b := c.newBuffer(a.buffer)
+		b.hostSize = want
 		if doneErr != nil {
 			_ = b.Destroy()
 			return nil, doneErr
@@ -451,9 +458,15 @@ func (b *Buffer) HostSize() (int, error) {
 // slice that is dropped, so dst is never written after ToHost returns.
 func (b *Buffer) ToHost(ctx context.Context, dst []byte) error {
 	const op = "PJRT_Buffer_ToHostBuffer"
-	need, err := b.HostSize()
-	if err != nil {
-		return err
+	need := -1
+	if b != nil {
+		need = b.hostSize
+	}
+	if need < 0 {
+		var err error
+		if need, err = b.HostSize(); err != nil {
+			return err
+		}
 	}
 	if len(dst) != need {
 		return argError(op, "destination has %d bytes; the buffer needs %d", len(dst), need)

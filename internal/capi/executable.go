@@ -110,6 +110,60 @@ type LoadedExecutable struct {
 	mu sync.Mutex
 	h  uintptr     // 0 once destroyed
 	ex *Executable // lazily fetched PJRT_Executable view, freed with the loaded executable
+	// outs is what Execute needs to know of the outputs, read from the
+	// plugin once (a compiled program's outputs do not change) instead of
+	// on every execution; nil until the first Execute.
+	outs *outputInfo
+}
+
+// outputInfo is an executable's output count and, per output, the byte
+// size of its dense host copy (-1 where the element type has no byte
+// layout), which Execute stamps on single-device outputs so that ToHost
+// need not ask the plugin for it.
+type outputInfo struct {
+	n         int
+	hostSizes []int
+}
+
+// outputs returns the executable's outputInfo, asking the plugin on the
+// first call only.
+func (e *LoadedExecutable) outputs() (*outputInfo, error) {
+	e.mu.Lock()
+	info := e.outs
+	e.mu.Unlock()
+	if info != nil {
+		return info, nil
+	}
+	ex, err := e.Executable()
+	if err != nil {
+		return nil, err
+	}
+	n, err := ex.NumOutputs()
+	if err != nil {
+		return nil, err
+	}
+	info = &outputInfo{n: n, hostSizes: make([]int, n)}
+	for i := range info.hostSizes {
+		info.hostSizes[i] = -1
+	}
+	// The sizes are an optimisation: a plugin that cannot say leaves them
+	// unknown, and ToHost asks each buffer instead.
+	types, terr := ex.OutputElementTypes()
+	dims, derr := ex.OutputDims()
+	if terr == nil && derr == nil && len(types) == n && len(dims) == n {
+		for i := range n {
+			if size, err := denseSize("", types[i], dims[i]); err == nil {
+				info.hostSizes[i] = size
+			}
+		}
+	}
+	e.mu.Lock()
+	if e.outs == nil {
+		e.outs = info
+	}
+	info = e.outs
+	e.mu.Unlock()
+	return info, nil
 }
 
 func (c *Client) newLoaded(h uintptr) *LoadedExecutable {
@@ -282,14 +336,11 @@ func (e *LoadedExecutable) Execute(ctx context.Context, args [][]*Buffer, opts *
 			return nil, argError(op, "argument list %d has %d buffers, list 0 has %d: every device takes the same number", d, len(list), numArgs)
 		}
 	}
-	ex, err := e.Executable()
+	info, err := e.outputs()
 	if err != nil {
 		return nil, err
 	}
-	numOut, err := ex.NumOutputs()
-	if err != nil {
-		return nil, err
-	}
+	numOut := info.n
 
 	// Argument handles, device-major, as PJRT_Buffer* const* const*.
 	inner := make([][]uintptr, len(args))
@@ -318,23 +369,42 @@ func (e *LoadedExecutable) Execute(ctx context.Context, args [][]*Buffer, opts *
 	type result struct {
 		outs [][]uintptr
 	}
+	// One frame holds the argument structs and, for one device, the arrays
+	// of per-device pointers, so that one pin covers them all.
+	type frame struct {
+		a       cLoadedExecutableExecuteArgs
+		eo      cExecuteOptions
+		argList [1]unsafe.Pointer
+		outList [1]unsafe.Pointer
+		event   [1]uintptr
+	}
 	run := func() (result, error) {
 		var pin runtime.Pinner
 		defer pin.Unpin()
-		argLists := make([]unsafe.Pointer, len(args))
+		f := &frame{}
+		f.a.structSize = structSizeOf[cLoadedExecutableExecuteArgs]()
+		f.eo.structSize = structSizeOf[cExecuteOptions]()
+		pin.Pin(f)
+		argLists, outLists, events := f.argList[:], f.outList[:], f.event[:]
+		if len(args) > 1 {
+			argLists = make([]unsafe.Pointer, len(args))
+			outLists = make([]unsafe.Pointer, len(args))
+			events = make([]uintptr, len(args))
+			pin.Pin(unsafe.SliceData(argLists))
+			pin.Pin(unsafe.SliceData(outLists))
+			pin.Pin(unsafe.SliceData(events))
+		}
 		for d := range inner {
 			argLists[d] = unsafe.Pointer(unsafe.SliceData(inner[d]))
 			pin.Pin(argLists[d])
 		}
 		outs := make([][]uintptr, len(args))
-		outLists := make([]unsafe.Pointer, len(args))
 		for d := range outs {
 			outs[d] = make([]uintptr, max(numOut, 1))
 			outLists[d] = unsafe.Pointer(unsafe.SliceData(outs[d]))
 			pin.Pin(outLists[d])
 		}
-		events := make([]uintptr, len(args))
-		eo := newArgs[cExecuteOptions]()
+		eo := &f.eo
 		eo.launchID = opts.LaunchID
 		if len(opts.NonDonatable) > 0 {
 			nd := make([]int64, len(opts.NonDonatable))
@@ -344,18 +414,14 @@ func (e *LoadedExecutable) Execute(ctx context.Context, args [][]*Buffer, opts *
 			eo.nonDonatableInputIndices = pinInt64s(&pin, nd)
 			eo.numNonDonatableInputIndices = uintptr(len(nd))
 		}
-		pin.Pin(eo)
-		a := newArgs[cLoadedExecutableExecuteArgs]()
+		a := &f.a
 		a.executable = h
 		a.options = unsafe.Pointer(eo)
 		a.argumentLists = unsafe.Pointer(unsafe.SliceData(argLists))
-		pin.Pin(a.argumentLists)
 		a.numDevices = uintptr(len(args))
 		a.numArgs = uintptr(numArgs)
 		a.outputLists = unsafe.Pointer(unsafe.SliceData(outLists))
-		pin.Pin(a.outputLists)
 		a.deviceCompleteEvents = unsafe.Pointer(unsafe.SliceData(events))
-		pin.Pin(a.deviceCompleteEvents)
 		if opts.Device != nil {
 			a.executeDevice = opts.Device.h
 		}
@@ -368,15 +434,14 @@ func (e *LoadedExecutable) Execute(ctx context.Context, args [][]*Buffer, opts *
 				first = err
 			}
 		}
-		res := result{outs: make([][]uintptr, len(outs))}
 		for d := range outs {
-			res.outs[d] = outs[d][:numOut]
+			outs[d] = outs[d][:numOut]
 		}
 		if first != nil {
-			e.c.p.destroyBufferHandles(res.outs)
+			e.c.p.destroyBufferHandles(outs)
 			return result{}, first
 		}
-		return res, nil
+		return result{outs: outs}, nil
 	}
 	res, err := blocking(ctx, op, run, func(r result) { e.c.p.destroyBufferHandles(r.outs) })
 	if err != nil {
@@ -386,7 +451,13 @@ func (e *LoadedExecutable) Execute(ctx context.Context, args [][]*Buffer, opts *
 	for d, list := range res.outs {
 		out[d] = make([]*Buffer, len(list))
 		for i, bh := range list {
-			out[d][i] = e.c.newBuffer(bh)
+			b := e.c.newBuffer(bh)
+			if len(res.outs) == 1 {
+				// One device: each output is the whole array the program
+				// declares (with several, an output may be a shard).
+				b.hostSize = info.hostSizes[i]
+			}
+			out[d][i] = b
 		}
 	}
 	return out, nil
