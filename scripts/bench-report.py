@@ -64,6 +64,9 @@ def main():
                         flops[(m, x["batch"])] = x["flops_per_run"]
     batches = sorted({b for (_, b) in flops} or {1, 8})
 
+    mallocs = sorted({r.get("host", {}).get("malloc", "") for m in MODELS for r in runs(d, m, "xla-cpu")} - {""})
+    if mallocs:
+        print("tensorbridge's C allocator: " + "; ".join(mallocs) + "\n")
     print("### Steady state (threads as in machine.txt)\n")
     print("The target column is ONNX Runtime's p50 latency over xla-cpu's (>= 1.0 means xla-cpu is at least as "
           "fast): on the medians over the repeats; on each backend's best repeat; and on each backend's fastest "
