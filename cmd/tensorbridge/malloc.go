@@ -57,3 +57,21 @@ func wantMallocReexec(getenv func(string) string) bool {
 	}
 	return !strings.EqualFold(getenv("TENSORBRIDGE_MALLOC"), "system")
 }
+
+// foreignEnv is the environment for a program that is not tensorbridge
+// (pip): the process's environment without what the re-execution added,
+// so the allocator settings stay this program's own.
+func foreignEnv() []string {
+	env := os.Environ()
+	if os.Getenv(envMallocSet) != "1" {
+		return env
+	}
+	out := env[:0:0]
+	for _, kv := range env {
+		if strings.HasPrefix(kv, envMallocSet+"=") || kv == "GLIBC_TUNABLES="+mallocTunables {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}

@@ -35,6 +35,11 @@ const envMallocChild = "TENSORBRIDGE_TEST_MALLOC_CHILD"
 func TestMain(m *testing.M) {
 	if os.Getenv(envMallocChild) == "1" {
 		reexecWithMallocTunables()
+		for _, kv := range foreignEnv() {
+			if strings.HasPrefix(kv, "GLIBC_TUNABLES="+mallocTunables) || strings.HasPrefix(kv, envMallocSet+"=") {
+				os.Stdout.WriteString("foreignEnv kept " + kv + "\n")
+			}
+		}
 		os.Stdout.WriteString(os.Getenv("GLIBC_TUNABLES") + "\n" + mallocSetting() + "\n")
 		os.Exit(0)
 	}
@@ -42,8 +47,9 @@ func TestMain(m *testing.M) {
 }
 
 // TestMallocReexec runs this binary as a child that re-executes itself:
-// the re-executed process must carry the tunables and report them, and a
-// child with GLIBC_TUNABLES of its own must keep them.
+// the re-executed process must carry the tunables and report them (and
+// leave them out of the environment it gives pip), and a child with
+// GLIBC_TUNABLES of its own must keep them.
 func TestMallocReexec(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("glibc tunables are Linux's")

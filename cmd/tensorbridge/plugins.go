@@ -486,6 +486,7 @@ func fetchWheel(ctx context.Context, w pinnedWheel, arch, cache, python string, 
 	args = append(args, "--python-version", "3.11", "--implementation", "cp", "--dest", cache, req)
 	fmt.Fprintf(stderr, "fetching %s: %s %s\n", req, py, strings.Join(args, " "))
 	cmd := exec.CommandContext(ctx, py, args...)
+	cmd.Env = foreignEnv() // malloc.go
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
@@ -526,6 +527,7 @@ func findPip(ctx context.Context, python string) (string, error) {
 		}
 		var out bytes.Buffer
 		cmd := exec.CommandContext(ctx, p, "-m", "pip", "--version")
+		cmd.Env = foreignEnv() // malloc.go
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
 			if ctx.Err() != nil {
