@@ -3,6 +3,7 @@ package tensorbridge_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -73,5 +74,60 @@ func TestRunAlternatingShapes(t *testing.T) {
 			t.Fatalf("x missing: %v, want an *InputError", err)
 		}
 		m.Close()
+	}
+}
+
+// TestRunAlternatingShapesConcurrently has eight goroutines call one Model
+// at once, each with its own sequence of batch sizes, so that the shapes
+// the model remembers from the latest call change under every caller:
+// each must still get exactly y = x + x with its own row count.
+func TestRunAlternatingShapesConcurrently(t *testing.T) {
+	b := openTest(t)
+	ctx := context.Background()
+	path := tgraph{
+		nodes:   [][]byte{tnode("Add", "add", []string{"x", "x"}, []string{"y"})},
+		inputs:  [][]byte{tvi("x", onnxFloat, "batch", 3)},
+		outputs: [][]byte{tvi("y", onnxFloat, "batch", 3)},
+	}.write(t, "double")
+	m, err := b.LoadModel(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	sizes := []int{1, 3, 2, 9, 5, 17, 4, 8}
+	errc := make(chan error, len(sizes))
+	for g := range sizes {
+		go func() {
+			for k := range 40 {
+				rows := sizes[(g+k)%len(sizes)]
+				flat := make([]float32, rows*3)
+				for i := range flat {
+					flat[i] = float32(g*10000 + k*100 + i)
+				}
+				out, err := m.Run(ctx, map[string]*ir.Tensor{"x": tensors.FromFlatDataAndDimensions(flat, rows, 3)})
+				if err != nil {
+					errc <- fmt.Errorf("goroutine %d call %d (batch %d): %w", g, k, rows, err)
+					return
+				}
+				y := out["y"]
+				if y == nil || !y.Shape().Equal(ir.MakeShape(ir.Float32, rows, 3)) {
+					errc <- fmt.Errorf("goroutine %d call %d (batch %d): y = %v", g, k, rows, y)
+					return
+				}
+				got := tensors.MustCopyFlatData[float32](y)
+				for i, v := range flat {
+					if got[i] != 2*v {
+						errc <- fmt.Errorf("goroutine %d call %d (batch %d): y[%d] = %v, want %v", g, k, rows, i, got[i], 2*v)
+						return
+					}
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for range sizes {
+		if err := <-errc; err != nil {
+			t.Error(err)
+		}
 	}
 }
