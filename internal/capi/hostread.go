@@ -2,6 +2,7 @@ package capi
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"unsafe"
 )
@@ -59,6 +60,20 @@ func (b *Buffer) readInPlace(ctx context.Context, h uintptr, dst []byte) (bool, 
 	p := b.c.p
 	if !p.has(fnBufferUnsafePointer) || !p.has(fnBufferGetMemoryLayout) || !p.has(fnBufferIsOnCpu) {
 		return false, nil
+	}
+	// Hold the buffer while it is queried and its memory read: a Destroy
+	// or a client Close from another goroutine waits for the copy
+	// instead of freeing the memory under it (a race of the caller's, but
+	// then not a crash).
+	b.c.closing.RLock()
+	defer b.c.closing.RUnlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.c.mu.Lock()
+	_, owned := b.c.buffers[h]
+	b.c.mu.Unlock()
+	if b.h != h || !owned {
+		return true, fmt.Errorf("pjrt: PJRT_Buffer_ToHostBuffer: buffer: %w", ErrClosed)
 	}
 	on := newArgs[cBufferIsOnCpuArgs]()
 	on.buffer = h

@@ -1,7 +1,10 @@
 package capi
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -88,6 +91,54 @@ func TestReadInPlace(t *testing.T) {
 		}
 		if err := buf.Destroy(); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestReadInPlaceWhileDestroyed reads a buffer from several goroutines
+// while another destroys it: every read gives the uploaded bytes or
+// ErrClosed, never freed memory.
+func TestReadInPlaceWhileDestroyed(t *testing.T) {
+	c := cpu(t)
+	devs := devices(t, c)
+	ctx := context.Background()
+	want := make([]byte, 1<<20)
+	for i := range want {
+		want[i] = byte(i % 251)
+	}
+	for round := range 20 {
+		buf, err := c.BufferFromHost(ctx, devs[0], U8, []int64{int64(len(want))}, want, ImmutableOnlyDuringCall)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errc := make(chan error, 4)
+		for range 4 {
+			go func() {
+				got := make([]byte, len(want))
+				for range 5 {
+					err := buf.ToHost(ctx, got)
+					if errors.Is(err, ErrClosed) {
+						break
+					}
+					if err != nil {
+						errc <- err
+						return
+					}
+					if !bytes.Equal(got, want) {
+						errc <- fmt.Errorf("round %d: read bytes differ from the upload", round)
+						return
+					}
+				}
+				errc <- nil
+			}()
+		}
+		if err := buf.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		for range 4 {
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
