@@ -246,6 +246,7 @@ type Builder struct {
 	hoistedInput map[*stablehlo.Value]bool
 
 	depthwiseAsSum bool // see WithDepthwiseWindowSum
+	poolRewriting  bool // inside poolChannelsLast's own ReduceWindow
 }
 
 // Node is the backends.Op the Builder hands out: a StableHLO value with

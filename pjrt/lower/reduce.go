@@ -406,6 +406,9 @@ func (b *Builder) ReduceWindow(x backends.Op, reductionType backends.ReduceOpTyp
 	if paddings == nil {
 		paddings = make([][2]int, rank)
 	}
+	if out, ok, err := b.poolChannelsLast(n, reductionType, windowDimensions, strides, baseDilations, windowDilations, paddings); ok || err != nil {
+		return out, err
+	}
 	fn, err := b.closure(c, n.shape.DType)
 	if err != nil {
 		return nil, b.opError(op, err)
@@ -653,4 +656,64 @@ func checkScatter(operand, indices, updates shapes.Shape, indexVectorAxis int,
 		return fmt.Errorf("updates %s: rank must be %d scatter axes + %d window axes", updates, scatterDims, len(updateWindowAxes))
 	}
 	return nil
+}
+
+// poolChannelsLast writes a pooling over the trailing axes of a
+// channels-first operand ([batch, channels, spatial...], the window 1 on
+// the two leading axes: ONNX's MaxPool and AveragePool) as the same window
+// reduction of the channels-last transpose, transposed back. XLA's CPU
+// layout assignment keeps convolution activations channels-last, so a
+// channels-first reduce-window costs a transposing copy of its input and
+// of its output (ResNet's max pooling); written channels-last the
+// transposes cancel against the neighbouring convolutions'. It is a
+// permutation of the same computation: every output element is the same
+// reduction of the same elements. Used where the depthwise window sum is
+// (the CPU plugin); ok is false when the operand is not such a pooling.
+func (b *Builder) poolChannelsLast(n *Node, reductionType backends.ReduceOpType,
+	window, strides, baseDil, windowDil []int, paddings [][2]int) (backends.Op, bool, error) {
+	rank := n.shape.Rank()
+	if !b.depthwiseAsSum || b.poolRewriting || rank < 3 {
+		return nil, false, nil
+	}
+	for a := 0; a < 2; a++ {
+		if window[a] != 1 || strides[a] != 1 || baseDil[a] != 1 || windowDil[a] != 1 || paddings[a] != [2]int{} {
+			return nil, false, nil
+		}
+	}
+	if n.shape.Dimensions[1] == 1 {
+		return nil, false, nil // one channel: the layouts coincide
+	}
+	perm := make([]int, 0, rank) // [batch, spatial..., channels]
+	perm = append(perm, 0)
+	for a := 2; a < rank; a++ {
+		perm = append(perm, a)
+	}
+	perm = append(perm, 1)
+	permute := func(v []int) []int {
+		out := make([]int, rank)
+		for i, a := range perm {
+			out[i] = v[a]
+		}
+		return out
+	}
+	pads := make([][2]int, rank)
+	for i, a := range perm {
+		pads[i] = paddings[a]
+	}
+	x, err := b.Transpose(n, perm...)
+	if err != nil {
+		return nil, true, err
+	}
+	b.poolRewriting = true // the channels-last window may again leave its two leading axes alone
+	y, err := b.ReduceWindow(x, reductionType, permute(window), permute(strides), permute(baseDil), permute(windowDil), pads)
+	b.poolRewriting = false
+	if err != nil {
+		return nil, true, err
+	}
+	back := make([]int, rank) // inverse of perm
+	for i, a := range perm {
+		back[a] = i
+	}
+	out, err := b.Transpose(y, back...)
+	return out, true, err
 }
