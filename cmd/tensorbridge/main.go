@@ -7,6 +7,10 @@
 //
 // Every command that opens a backend takes --backend NAME (or the
 // TENSORBRIDGE_BACKEND environment variable); the default is auto.
+//
+// On Linux the command re-executes itself once with glibc malloc tunables
+// that let XLA's CPU runtime reuse memory between executions (malloc.go);
+// TENSORBRIDGE_MALLOC=system, or a GLIBC_TUNABLES of your own, keeps yours.
 package main
 
 import (
@@ -98,6 +102,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'tensorbridge COMMAND -h' for a command's flags.")
+	fmt.Fprintln(w, "Environment: TENSORBRIDGE_BACKEND picks the backend; TENSORBRIDGE_MALLOC=system keeps the C\nlibrary's malloc settings (by default tensorbridge runs with glibc tunables that reuse memory).")
 }
 
 // newFlags makes a FlagSet that reports errors as usage errors.
