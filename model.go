@@ -3,6 +3,7 @@ package tensorbridge
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -163,6 +164,39 @@ func (b *Backend) LoadModel(ctx context.Context, path string, opts ...ModelOptio
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	m, err := onnx.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	return b.loadONNX(ctx, path, m, opts)
+}
+
+// LoadONNX prepares a model already read by package onnx (onnx.Load,
+// onnx.FromProto), as LoadModel does once it has read the file; name
+// stands for it in messages and program names (LoadModel uses the path).
+// Reading the file while the backend opens is what it is for:
+//
+//	parsed := make(chan ...) // go func() { m, err := onnx.Load(path); ... }()
+//	b, _ := tensorbridge.Open(ctx, "xla-cpu")
+//	model, err := b.LoadONNX(ctx, <-parsed, path)
+//
+// A model read from a file keeps its file's digest, so a warm start from
+// the disk cache works as with LoadModel; one built in memory has none.
+// The returned Model takes m over: pass each parsed model once.
+func (b *Backend) LoadONNX(ctx context.Context, m *onnx.Model, name string, opts ...ModelOption) (*Model, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if m == nil {
+		return nil, &errs.Error{Kind: errs.InvalidArgument, Op: "load model", Err: errors.New("nil ONNX model")}
+	}
+	return b.loadONNX(ctx, name, m, opts)
+}
+
+func (b *Backend) loadONNX(ctx context.Context, path string, m *onnx.Model, opts []ModelOption) (*Model, error) {
 	o := modelOptions{maxCompiled: 16}
 	for _, opt := range opts {
 		opt(&o)
@@ -174,10 +208,6 @@ func (b *Backend) LoadModel(ctx context.Context, path string, opts ...ModelOptio
 	if o.device < 0 || o.device >= len(b.devices) {
 		return nil, &errs.Error{Kind: errs.InvalidArgument, Backend: b.Name(), Op: "load model",
 			Err: fmt.Errorf("device %d out of range: the backend has %d device(s)", o.device, len(b.devices))}
-	}
-	m, err := onnx.Load(path)
-	if err != nil {
-		return nil, err
 	}
 	prec, mixed := b.settings.Precision, b.settings.MixedPrecision
 	if o.precision != "" && o.precision != config.Auto {

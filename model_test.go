@@ -14,7 +14,9 @@ import (
 
 	"github.com/tensorbridge/tensorbridge"
 	"github.com/tensorbridge/tensorbridge/ir"
+	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/npy"
+	"github.com/tensorbridge/tensorbridge/onnx"
 )
 
 var referenceModels = []struct {
@@ -146,5 +148,41 @@ func TestLoadModelErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("LoadModel(%s) = %v, want error containing %q", filepath.Base(tc.path), err, tc.want)
 		}
+	}
+}
+
+// TestLoadONNX prepares a model parsed by package onnx (what a program does
+// to read the file while the backend opens): it must match PyTorch like
+// LoadModel's, keep its file's name, and refuse a nil model.
+func TestLoadONNX(t *testing.T) {
+	b := openTest(t)
+	ctx := context.Background()
+	path := filepath.Join("testdata", "models", "mlp.onnx")
+	om, err := onnx.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if om.Proto() == nil || len(om.Proto().Graph.Node) == 0 {
+		t.Fatalf("Proto() = %v, want the decoded file", om.Proto())
+	}
+	m, err := b.LoadONNX(ctx, om, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.Path() != path {
+		t.Errorf("Path() = %q, want %q", m.Path(), path)
+	}
+	out, err := m.Run(ctx, map[string]*ir.Tensor{"x": readNPY(t, filepath.Join("testdata", "models", "mlp.input_0.npy"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range out {
+		if d := relL2(t, o, readNPY(t, filepath.Join("testdata", "models", "mlp.output_0.npy"))); d > 1e-4 {
+			t.Errorf("relative L2 to PyTorch %.3g, want <= 1e-4", d)
+		}
+	}
+	if _, err := b.LoadONNX(ctx, nil, "nothing"); errs.KindOf(err) != errs.InvalidArgument {
+		t.Errorf("LoadONNX(nil) = %v, want an InvalidArgument error", err)
 	}
 }

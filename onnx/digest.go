@@ -1,5 +1,7 @@
 package onnx
 
+import "github.com/tensorbridge/tensorbridge/onnx/onnxpb"
+
 // SourceDigest returns the SHA-256 of the model file as it was read, for
 // keys that must name the model before any graph is built (a warm start
 // from a disk compile cache). ok is false when there is no such digest: the
@@ -11,3 +13,8 @@ func (m *Model) SourceDigest() (digest [32]byte, ok bool) {
 	}
 	return m.pb.SourceDigest, true
 }
+
+// Proto returns the decoded file the model was built from, for reading
+// (a tool's own analysis of the graph: FLOP counts, input ranges) without
+// decoding the file a second time. It must not be modified.
+func (m *Model) Proto() *onnxpb.Model { return m.pb }

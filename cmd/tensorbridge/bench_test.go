@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tensorbridge/tensorbridge"
 	"github.com/tensorbridge/tensorbridge/ir"
@@ -344,5 +345,27 @@ func TestBenchBatchTheModelTakes(t *testing.T) {
 				t.Errorf("notes %q lack %q", notes, c.note)
 			}
 		})
+	}
+}
+
+// TestBenchFirstOnlyStampsTheResult checks that a --first-only child says
+// when its first inference returned, on the wall clock --restart's parent
+// reads: after the child started, before it exited.
+func TestBenchFirstOnlyStampsTheResult(t *testing.T) {
+	before := time.Now().UnixNano()
+	code, stdout, stderr := run(t, "bench", refModels+"mlp.onnx", "--backend", "cpu", "--batch", "2", "--first-only", "--json")
+	after := time.Now().UnixNano()
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep benchReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("bad JSON: %v\n%s", err, stdout)
+	}
+	if n := rep.FirstResultUnixNano; n < before || n > after {
+		t.Errorf("first result stamped at %d, outside the run [%d, %d]", n, before, after)
+	}
+	if len(rep.Batches) != 1 || rep.Batches[0].FirstRunS <= 0 {
+		t.Errorf("report %+v", rep.Batches)
 	}
 }
