@@ -21,7 +21,6 @@ import (
 	"github.com/tensorbridge/tensorbridge/device"
 	"github.com/tensorbridge/tensorbridge/ir"
 	"github.com/tensorbridge/tensorbridge/npy"
-	"github.com/tensorbridge/tensorbridge/onnx"
 	"github.com/tensorbridge/tensorbridge/precision"
 )
 
@@ -314,18 +313,7 @@ func bench(ctx context.Context, c *benchConfig, stderr io.Writer) (*benchReport,
 	if err != nil {
 		return nil, err
 	}
-	// The model file is read and decoded while the backend opens (the
-	// plugin's load): the two do not depend on each other, and a start
-	// to first inference is their sum otherwise.
-	type parsedModel struct {
-		m   *onnx.Model
-		err error
-	}
-	parsed := make(chan parsedModel, 1)
-	go func() {
-		om, err := onnx.Load(c.model)
-		parsed <- parsedModel{om, err}
-	}()
+	parsed := readModelAhead(c.model) // read while the backend opens
 	t0 := time.Now()
 	b, err := tensorbridge.Open(ctx, c.backend, tensorbridge.WithSettings(settings))
 	if err != nil {
@@ -348,12 +336,12 @@ func bench(ctx context.Context, c *benchConfig, stderr io.Writer) (*benchReport,
 	if err != nil {
 		return nil, err
 	}
-	pm := <-parsed
-	if pm.err != nil {
-		return nil, pm.err
+	om, err := parsed()
+	if err != nil {
+		return nil, err
 	}
-	pb := pm.m.Proto() // read-only: FLOP counts and integer input ranges below
-	m, err := b.LoadONNX(ctx, pm.m, c.model, append(popts, mopts...)...)
+	pb := om.Proto() // read-only: FLOP counts and integer input ranges below
+	m, err := b.LoadONNX(ctx, om, c.model, append(popts, mopts...)...)
 	if err != nil {
 		return nil, err
 	}

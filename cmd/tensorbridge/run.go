@@ -63,6 +63,7 @@ func runModel(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usageErr("%v", err)
 		}
 	}
+	parsed := readModelAhead(modelPath) // read while the backend opens
 	b, err := tensorbridge.Open(ctx, *backend, tensorbridge.WithSettings(settings))
 	if err != nil {
 		return err
@@ -75,7 +76,11 @@ func runModel(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	m, err := b.LoadModel(ctx, modelPath, mopts...)
+	om, err := parsed()
+	if err != nil {
+		return err
+	}
+	m, err := b.LoadONNX(ctx, om, modelPath, mopts...)
 	if err != nil {
 		return err
 	}
