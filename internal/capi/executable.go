@@ -379,6 +379,14 @@ func (e *LoadedExecutable) Execute(ctx context.Context, args [][]*Buffer, opts *
 		event   [1]uintptr
 	}
 	run := func() (result, error) {
+		// The client stays open while the plugin runs: Close waits for
+		// this execution even when its caller stopped waiting for it
+		// (a cancelled context), instead of freeing the client under it.
+		e.c.closing.RLock()
+		defer e.c.closing.RUnlock()
+		if _, err := e.handle(op); err != nil {
+			return result{}, err
+		}
 		var pin runtime.Pinner
 		defer pin.Unpin()
 		f := &frame{}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 )
 
 func TestDenseRowMajor(t *testing.T) {
@@ -139,6 +140,61 @@ func TestReadInPlaceWhileDestroyed(t *testing.T) {
 			if err := <-errc; err != nil {
 				t.Fatal(err)
 			}
+		}
+	}
+}
+
+// TestCloseWaitsForAbandonedExecution gives up waiting for a long
+// execution (its context ends) and closes the client at once: Close must
+// wait for the plugin to finish instead of freeing the executable and its
+// buffers under it (which would crash the process).
+func TestCloseWaitsForAbandonedExecution(t *testing.T) {
+	cpu(t) // skips without the plugin
+	path, err := FindPlugin("cpu")
+	if err != nil {
+		t.Skip(err)
+	}
+	p, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prog = `func.func public @main(%a: tensor<1024x1024xf32>) -> tensor<1024x1024xf32> {
+  %0 = stablehlo.dot_general %a, %a, contracting_dims = [1] x [0] : (tensor<1024x1024xf32>, tensor<1024x1024xf32>) -> tensor<1024x1024xf32>
+  %1 = stablehlo.dot_general %0, %a, contracting_dims = [1] x [0] : (tensor<1024x1024xf32>, tensor<1024x1024xf32>) -> tensor<1024x1024xf32>
+  %2 = stablehlo.dot_general %1, %a, contracting_dims = [1] x [0] : (tensor<1024x1024xf32>, tensor<1024x1024xf32>) -> tensor<1024x1024xf32>
+  return %2 : tensor<1024x1024xf32>
+}`
+	for _, async := range []bool{false, true} {
+		c, err := p.NewClient(context.Background(), []NamedValue{{OptAsynchronous, async}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs, err := c.AddressableDevices()
+		if err != nil {
+			t.Fatal(err)
+		}
+		exe, err := c.Compile(context.Background(), MLIR(prog), CompileOptions{DeviceAssignment: [][]int{{devs[0].ID()}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := make([]float32, 1024*1024)
+		for i := range a {
+			a[i] = float32(i%7) / 7
+		}
+		buf, err := c.BufferFromHost(context.Background(), devs[0], F32, []int64{1024, 1024}, Bytes(a), ImmutableOnlyDuringCall)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		_, err = exe.Execute(ctx, [][]*Buffer{{buf}}, nil)
+		cancel()
+		if err == nil {
+			t.Logf("async=%v: the execution finished within 1 ms; the race was not exercised", async)
+		} else if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("async=%v: Execute: %v, want a deadline error", async, err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatalf("async=%v: Close: %v", async, err)
 		}
 	}
 }
