@@ -176,8 +176,10 @@ func (b *Backend) LoadModel(ctx context.Context, path string, opts ...ModelOptio
 // stands for it in messages and program names (LoadModel uses the path).
 // Reading the file while the backend opens is what it is for:
 //
-//	parsed := make(chan ...) // go func() { m, err := onnx.Load(path); ... }()
-//	b, _ := tensorbridge.Open(ctx, "xla-cpu")
+//	parsed := make(chan *onnx.Model, 1)
+//	go func() { m, _ := onnx.Load(path); parsed <- m }() // handle the error too
+//	b, err := tensorbridge.Open(ctx, "xla-cpu")
+//	...
 //	model, err := b.LoadONNX(ctx, <-parsed, path)
 //
 // A model read from a file keeps its file's digest, so a warm start from

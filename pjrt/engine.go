@@ -150,7 +150,7 @@ func (e *Engine) SetCompileHook(h CompileHook) {
 // Builder starts a computation. If the engine is finalized, the builder's
 // ops all fail.
 func (e *Engine) Builder(name string) backends.Builder {
-	return &Builder{Builder: lower.New(name, len(e.devices)).WithBackendName(e.name).WithDepthwiseWindowSum(e.depthwiseAsSum()), eng: e}
+	return &Builder{Builder: lower.New(name, len(e.devices)).WithBackendName(e.name).WithDepthwiseWindowSum(e.depthwiseAsSum()).WithChannelsLastPooling(e.platform == "cpu"), eng: e}
 }
 
 // Finalize closes the PJRT client, freeing every buffer and executable

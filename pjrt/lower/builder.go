@@ -246,6 +246,7 @@ type Builder struct {
 	hoistedInput map[*stablehlo.Value]bool
 
 	depthwiseAsSum bool // see WithDepthwiseWindowSum
+	poolsLast      bool // see WithChannelsLastPooling
 	poolRewriting  bool // inside poolChannelsLast's own ReduceWindow
 }
 

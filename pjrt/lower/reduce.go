@@ -658,6 +658,14 @@ func checkScatter(operand, indices, updates shapes.Shape, indexVectorAxis int,
 	return nil
 }
 
+// WithChannelsLastPooling makes ReduceWindow write channels-first poolings
+// channels-last (poolChannelsLast). The pjrt engine turns it on for the
+// CPU plugin, whose layout assignment keeps convolutions channels-last.
+func (b *Builder) WithChannelsLastPooling(on bool) *Builder {
+	b.poolsLast = on
+	return b
+}
+
 // poolChannelsLast writes a pooling over the trailing axes of a
 // channels-first operand ([batch, channels, spatial...], the window 1 on
 // the two leading axes: ONNX's MaxPool and AveragePool) as the same window
@@ -667,12 +675,13 @@ func checkScatter(operand, indices, updates shapes.Shape, indexVectorAxis int,
 // of its output (ResNet's max pooling); written channels-last the
 // transposes cancel against the neighbouring convolutions'. It is a
 // permutation of the same computation: every output element is the same
-// reduction of the same elements. Used where the depthwise window sum is
-// (the CPU plugin); ok is false when the operand is not such a pooling.
+// reduction of the same elements. On where WithChannelsLastPooling turned
+// it on (the CPU plugin); ok is false when the operand is not such a
+// pooling.
 func (b *Builder) poolChannelsLast(n *Node, reductionType backends.ReduceOpType,
 	window, strides, baseDil, windowDil []int, paddings [][2]int) (backends.Op, bool, error) {
 	rank := n.shape.Rank()
-	if !b.depthwiseAsSum || b.poolRewriting || rank < 3 {
+	if !b.poolsLast || b.poolRewriting || rank < 3 {
 		return nil, false, nil
 	}
 	for a := 0; a < 2; a++ {
