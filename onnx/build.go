@@ -34,6 +34,7 @@ type Plan struct {
 	// weightsAsParams: the initializers in weights are graph parameters
 	// (SpecializeOptions.WeightsAsParams; weights.go).
 	weightsAsParams bool
+	weightNames     []string // SpecializeOptions.Weights
 	weights         []Param
 	// STRING inputs given in SpecializeOptions.Strings and the STRING
 	// outputs Build computed on the host (strings.go).
@@ -149,7 +150,7 @@ func (m *Model) SpecializeStrings(shapes map[string][]int, values map[string]*ir
 			return nil, &errs.InputError{Name: name, Problem: "value", Expected: "its value at specialisation time (it determines shapes in the graph)", Got: "only a shape"}
 		}
 	}
-	if err := p.selectWeights(opts.WeightsAsParams); err != nil {
+	if err := p.selectWeights(opts.WeightsAsParams, opts.Weights); err != nil {
 		return nil, err
 	}
 	return p, nil
