@@ -23,11 +23,11 @@ import (
 // (as torch's CPU kernels take a Python scalar for a float32 tensor). With
 // them as a parameter the step compiles once for a run.
 const (
-	HyperLR        = iota // the scheduled learning rate
-	HyperDecay            // AdamW: 1 - lr*weight_decay
-	HyperStepSize         // Adam, AdamW: lr / (1 - beta1^t)
-	HyperBC2Sqrt          // Adam, AdamW: sqrt(1 - beta2^t)
-	HyperMomentum         // SGD: the momentum, 0 at the first update (the buffer starts as the gradient)
+	HyperLR       = iota // the scheduled learning rate
+	HyperDecay           // AdamW: 1 - lr*weight_decay
+	HyperStepSize        // Adam, AdamW: lr / (1 - beta1^t)
+	HyperBC2Sqrt         // Adam, AdamW: sqrt(1 - beta2^t)
+	HyperMomentum        // SGD: the momentum, 0 at the first update (the buffer starts as the gradient)
 	NumHyper
 )
 
@@ -341,4 +341,3 @@ func firstLine(s string) string {
 	}
 	return s
 }
-
