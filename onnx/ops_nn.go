@@ -409,6 +409,19 @@ func poolGeom(c *opCtx, x *graph.Node) poolGeometry {
 	return g
 }
 
+// windowDilations is the dilations to give ReduceWindow: nil when they are
+// all 1, since GoMLX v0.26.0 defines ReduceWindow's gradient only without
+// dilations (graph/ops_pool.go, reduceWindowVJP) and training differentiates
+// pooling.
+func (g poolGeometry) windowDilations() []int {
+	for _, d := range g.dilations {
+		if d != 1 {
+			return g.dilations
+		}
+	}
+	return nil
+}
+
 func convPool(kind string) converterFunc {
 	return func(c *opCtx) error {
 		x := c.in(0)
@@ -421,15 +434,15 @@ func convPool(kind string) converterFunc {
 		}
 		switch kind {
 		case "max":
-			c.set(0, graph.BackendReduceWindow(x, backends.ReduceOpMax, g.window, g.strides, nil, g.dilations, g.pads))
+			c.set(0, graph.BackendReduceWindow(x, backends.ReduceOpMax, g.window, g.strides, nil, g.windowDilations(), g.pads))
 		case "lp":
 			p := c.attrFloat("p", 2)
 			ax := graph.Abs(x)
 			xp := graph.Pow(ax, scalarLikeB(ax, p))
-			sum := graph.BackendReduceWindow(xp, backends.ReduceOpSum, g.window, g.strides, nil, g.dilations, g.pads)
+			sum := graph.BackendReduceWindow(xp, backends.ReduceOpSum, g.window, g.strides, nil, g.windowDilations(), g.pads)
 			c.set(0, graph.Pow(sum, scalarLikeB(sum, 1/p)))
 		default: // avg
-			sum := graph.BackendReduceWindow(x, backends.ReduceOpSum, g.window, g.strides, nil, g.dilations, g.pads)
+			sum := graph.BackendReduceWindow(x, backends.ReduceOpSum, g.window, g.strides, nil, g.windowDilations(), g.pads)
 			// Count the elements each window averages: the real ones, plus
 			// the explicit padding when count_include_pad is set (never the
 			// ceil-mode extra).
@@ -447,7 +460,7 @@ func convPool(kind string) converterFunc {
 				}
 			}
 			ones := filled(c.g, x.DType(), maskDims, 1)
-			counts := graph.BackendReduceWindow(ones, backends.ReduceOpSum, g.window, g.strides, nil, g.dilations, maskPads)
+			counts := graph.BackendReduceWindow(ones, backends.ReduceOpSum, g.window, g.strides, nil, g.windowDilations(), maskPads)
 			c.set(0, graph.Div(sum, broadcastNodeTo(counts, sum.Shape().Dimensions)))
 		}
 		return nil
