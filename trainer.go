@@ -423,7 +423,13 @@ func (t *Trainer) split(batch map[string]*ir.Tensor, k int) ([]map[string]*ir.Te
 		names = append(names, l.Target)
 	}
 	n := -1
-	for name, v := range batch {
+	given := make([]string, 0, len(batch))
+	for name := range batch {
+		given = append(given, name)
+	}
+	sort.Strings(given) // the same batch gets the same error
+	for _, name := range given {
+		v := batch[name]
 		if !want[name] {
 			return nil, &errs.InputError{Name: name, Problem: "name", Expected: "one of " + strings.Join(names, ", "), Got: fmt.Sprintf("unknown name %q", name)}
 		}
