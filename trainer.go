@@ -14,6 +14,7 @@ import (
 	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/ir"
 	"github.com/tensorbridge/tensorbridge/onnx"
+	"github.com/tensorbridge/tensorbridge/shard"
 	"github.com/tensorbridge/tensorbridge/train"
 )
 
@@ -76,6 +77,8 @@ type Trainer struct {
 	state   [][]*ir.Tensor // per slot, per weight
 	updates int            // optimizer updates done
 	execs   map[string]*trainExec
+	// mesh: data-parallel training (trainer_mesh.go); nil on one device.
+	mesh *trainMesh
 }
 
 // trainExec is a compiled training step or evaluation for one input shape.
@@ -134,6 +137,13 @@ func (m *Model) NewTrainer(ctx context.Context, cfg train.Config, opts ...Traine
 	if o.device != nil {
 		dev = *o.device
 	}
+	tm, err := trainerMesh(m.b, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if tm != nil {
+		dev = 0 // the mesh is devices 0..D-1; device 0 holds Trainer.weights
+	}
 	if dev < 0 || dev >= len(m.b.devices) {
 		return nil, &errs.Error{Kind: errs.InvalidArgument, Backend: m.b.Name(), Op: "new trainer",
 			Err: fmt.Errorf("device %d out of range: the backend has %d device(s)", dev, len(m.b.devices))}
@@ -160,7 +170,7 @@ func (m *Model) NewTrainer(ctx context.Context, cfg train.Config, opts ...Traine
 			Got: fmt.Sprintf("none left (freeze %q; %d frozen)", cfg.Freeze, frozen)}
 	}
 	t := &Trainer{m: m, b: m.b, cfg: cfg, dev: dev, spec: spec, params: params, frozen: frozen + len(names) - len(params),
-		frozenElems: frozenElems, slots: train.StateSlots(cfg.Optimizer), execs: map[string]*trainExec{}}
+		frozenElems: frozenElems, slots: train.StateSlots(cfg.Optimizer), execs: map[string]*trainExec{}, mesh: tm}
 	if d, ok := m.m.SourceDigest(); ok {
 		t.modelDigest = hex.EncodeToString(d[:])
 	} else {
@@ -172,6 +182,12 @@ func (m *Model) NewTrainer(ctx context.Context, cfg train.Config, opts ...Traine
 	if err := t.place(ctx); err != nil {
 		t.release()
 		return nil, err
+	}
+	if tm != nil {
+		if err := t.replicate(); err != nil {
+			t.release()
+			return nil, err
+		}
 	}
 	return t, nil
 }
@@ -185,15 +201,26 @@ func checkTrainSupported(m *Model, cfg train.Config) error {
 		return &errs.UnsupportedError{What: "feature", Name: "training a model loaded on a mesh",
 			Detail: "load the model on one device; Config.Mesh says how training spreads"}
 	}
-	if cfg.Mesh != "" && cfg.Mesh != "data=1" && cfg.Mesh != "data=1,model=1" {
-		return &errs.UnsupportedError{What: "feature", Name: "--mesh " + cfg.Mesh,
-			Detail: "training on a mesh (data parallel, tp, fsdp) is not implemented yet; train on one device"}
-	}
 	if cfg.Strategy != "" && cfg.Strategy != "dp" {
 		return &errs.UnsupportedError{What: "feature", Name: "--strategy " + cfg.Strategy,
-			Detail: "tensor-parallel and fsdp training are not implemented yet"}
+			Detail: "tensor-parallel and fsdp training are not implemented yet; --mesh data=D trains data-parallel"}
 	}
 	return nil
+}
+
+// trainerMesh parses Config.Mesh: nil for one device.
+func trainerMesh(b *Backend, cfg train.Config) (*trainMesh, error) {
+	if cfg.Mesh == "" {
+		return nil, nil
+	}
+	mesh, err := shard.ParseMesh(cfg.Mesh)
+	if err != nil {
+		return nil, &errs.InputError{Name: "--mesh", Problem: "value", Expected: "data=D[,model=M]", Got: err.Error()}
+	}
+	if mesh.Devices() <= 1 {
+		return nil, nil
+	}
+	return newTrainMesh(b, mesh, cfg.Batch)
 }
 
 // trainableNames lists the floating-point initializers that Freeze does
@@ -317,7 +344,16 @@ func (t *Trainer) Step(ctx context.Context, batch map[string]*ir.Tensor) (StepRe
 	if err != nil {
 		return StepResult{}, err
 	}
-	ex, err := t.exec(ctx, micro[0], k, false)
+	var ex *trainExec
+	var mex *meshExec
+	if t.mesh != nil {
+		mex, err = t.meshExec(ctx, micro[0], k)
+		if mex != nil {
+			ex = mex.trainExec
+		}
+	} else {
+		ex, err = t.exec(ctx, micro[0], k, false)
+	}
 	if err != nil {
 		return StepResult{}, err
 	}
@@ -338,6 +374,9 @@ func (t *Trainer) Step(ctx context.Context, batch map[string]*ir.Tensor) (StepRe
 		args = append(args, a...)
 	}
 	args = append(args, hyper)
+	if mex != nil {
+		return t.finishMeshStep(mex, args, start, lr)
+	}
 	runStart := time.Now()
 	outs, err := ex.exe.runKeep(ctx, t.dev, args)
 	ran := time.Since(runStart)
@@ -356,6 +395,27 @@ func (t *Trainer) Step(ctx context.Context, batch map[string]*ir.Tensor) (StepRe
 	res := StepResult{Step: t.updates, LR: lr}
 	if res.Loss, err = hostScalar(outs[len(outs)-2]); err == nil {
 		res.GradNorm, err = hostScalar(outs[len(outs)-1])
+	}
+	if err != nil {
+		return res, &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "train step", Err: err}
+	}
+	res.Duration = time.Since(start)
+	res.Outside = res.Duration - ran
+	return res, nil
+}
+
+// finishMeshStep runs a data-parallel step and reads its results.
+func (t *Trainer) finishMeshStep(e *meshExec, args []*ir.Tensor, start time.Time, lr float64) (StepResult, error) {
+	loss, norm, ran, err := t.stepMesh(e, args)
+	if err != nil {
+		return StepResult{}, err
+	}
+	t.updates++
+	res := StepResult{Step: t.updates, LR: lr}
+	if res.Loss, err = hostScalar(loss); err == nil {
+		res.GradNorm, err = hostScalar(norm)
+	} else {
+		_ = norm.FinalizeAll()
 	}
 	if err != nil {
 		return res, &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "train step", Err: err}
@@ -521,28 +581,32 @@ func (t *Trainer) exec(ctx context.Context, mb map[string]*ir.Tensor, k int, eva
 }
 
 // compile builds and compiles the step (train.BuildStep) or evaluation
-// (train.BuildLoss) program. Its arguments: the trainable weights, the
-// optimizer state (step only), per micro-batch the plan's inputs and the
-// target, and the hyper-parameter vector (step only). Its results: the
-// new weights and state, the loss and the gradient norm (step); the loss
-// (evaluation).
+// (train.BuildLoss) program on one device (buildProgram says what it takes
+// and returns).
 func (t *Trainer) compile(ex *trainExec, k int, eval bool) (*Executable, error) {
+	name := "train:" + t.m.path
+	if eval {
+		name = "eval:" + t.m.path
+	}
+	return t.b.compileSync(name, func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+		return t.buildProgram(g, in, ex, k, eval)
+	}, t.argShapes(ex, k, eval))
+}
+
+// argShapes are the program's argument shapes: the trainable weights, the
+// optimizer state (step only), per micro-batch the plan's inputs and the
+// target, and the hyper-parameter vector (step only).
+func (t *Trainer) argShapes(ex *trainExec, k int, eval bool) []ir.Shape {
 	var shapes []ir.Shape
 	for _, p := range t.params {
 		shapes = append(shapes, p.Shape)
 	}
-	slots := len(t.slots)
-	if eval {
-		slots = 0
-	}
-	for range slots {
-		for _, p := range t.params {
-			shapes = append(shapes, p.Shape)
+	if !eval {
+		for range t.slots {
+			for _, p := range t.params {
+				shapes = append(shapes, p.Shape)
+			}
 		}
-	}
-	perBatch := len(ex.params)
-	if ex.target != nil {
-		perBatch++
 	}
 	for range k {
 		for _, p := range ex.params {
@@ -555,53 +619,61 @@ func (t *Trainer) compile(ex *trainExec, k int, eval bool) (*Executable, error) 
 	if !eval {
 		shapes = append(shapes, ir.MakeShape(ir.Float32, train.NumHyper))
 	}
+	return shapes
+}
+
+// buildProgram builds the step or evaluation on g from its argument nodes
+// (argShapes' order). Its results: the new weights and state, the loss and
+// the gradient norm (step); the loss (evaluation).
+func (t *Trainer) buildProgram(g *ir.Graph, in []*ir.Node, ex *trainExec, k int, eval bool) ([]*ir.Node, error) {
 	n := len(t.params)
-	fn := func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
-		nodes := train.StepNodes{Weights: in[:n]}
-		for s := range slots {
-			nodes.State = append(nodes.State, in[n*(1+s):n*(2+s)])
-		}
-		off := n * (1 + slots)
-		for b := range k {
-			mb := map[string]*ir.Node{}
-			for i, p := range ex.params {
-				mb[p.Name] = in[off+b*perBatch+i]
-			}
-			if ex.target != nil {
-				mb[ex.target.Name] = in[off+b*perBatch+len(ex.params)]
-			}
-			nodes.Batches = append(nodes.Batches, mb)
-		}
-		if eval {
-			all := map[string]*ir.Node{}
-			for i, p := range t.params {
-				all[p.Name] = in[i]
-			}
-			for name, nd := range nodes.Batches[0] {
-				all[name] = nd
-			}
-			loss, classes, err := train.BuildLoss(g, ex.plan, t.cfg.Loss, all)
-			ex.classes = classes
-			return []*ir.Node{loss}, err
-		}
-		nodes.Hyper = in[len(in)-1]
-		out, err := train.BuildStep(g, train.StepSpec{Plan: ex.plan, Loss: t.cfg.Loss, Optimizer: t.cfg.Optimizer,
-			ClipGradNorm: t.cfg.ClipGradNorm, MicroBatches: k}, nodes)
-		if err != nil {
-			return nil, err
-		}
-		ex.classes = out.Classes
-		res := append([]*ir.Node(nil), out.Weights...)
-		for _, s := range out.State {
-			res = append(res, s...)
-		}
-		return append(res, out.Loss, out.GradNorm), nil
-	}
-	name := "train:" + t.m.path
+	slots := len(t.slots)
 	if eval {
-		name = "eval:" + t.m.path
+		slots = 0
 	}
-	return t.b.compileSync(name, fn, shapes)
+	perBatch := len(ex.params)
+	if ex.target != nil {
+		perBatch++
+	}
+	nodes := train.StepNodes{Weights: in[:n]}
+	for s := range slots {
+		nodes.State = append(nodes.State, in[n*(1+s):n*(2+s)])
+	}
+	off := n * (1 + slots)
+	for b := range k {
+		mb := map[string]*ir.Node{}
+		for i, p := range ex.params {
+			mb[p.Name] = in[off+b*perBatch+i]
+		}
+		if ex.target != nil {
+			mb[ex.target.Name] = in[off+b*perBatch+len(ex.params)]
+		}
+		nodes.Batches = append(nodes.Batches, mb)
+	}
+	if eval {
+		all := map[string]*ir.Node{}
+		for i, p := range t.params {
+			all[p.Name] = in[i]
+		}
+		for name, nd := range nodes.Batches[0] {
+			all[name] = nd
+		}
+		loss, classes, err := train.BuildLoss(g, ex.plan, t.cfg.Loss, all)
+		ex.classes = classes
+		return []*ir.Node{loss}, err
+	}
+	nodes.Hyper = in[len(in)-1]
+	out, err := train.BuildStep(g, train.StepSpec{Plan: ex.plan, Loss: t.cfg.Loss, Optimizer: t.cfg.Optimizer,
+		ClipGradNorm: t.cfg.ClipGradNorm, MicroBatches: k}, nodes)
+	if err != nil {
+		return nil, err
+	}
+	ex.classes = out.Classes
+	res := append([]*ir.Node(nil), out.Weights...)
+	for _, s := range out.State {
+		res = append(res, s...)
+	}
+	return append(res, out.Loss, out.GradNorm), nil
 }
 
 // args prepares one micro-batch's arguments, checking labels against the
@@ -756,6 +828,9 @@ func (t *Trainer) Restore(ctx context.Context, c *train.Checkpoint) error {
 	}
 	freeAll(old)
 	t.updates = c.Step
+	if t.mesh != nil {
+		return t.replicate()
+	}
 	return nil
 }
 
@@ -783,6 +858,7 @@ func (t *Trainer) Close() error {
 }
 
 func (t *Trainer) release() {
+	t.mesh.release()
 	freeAll(t.weights)
 	for _, s := range t.state {
 		freeAll(s)

@@ -616,3 +616,31 @@ func TestTrainerBFloat16(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainerDataParallel: on xla-cpu with 4 and 8 host devices, --mesh
+// data=D trains the fixtures as one device does: every step's loss within
+// float rounding of PyTorch's, and the trained outputs too.
+func TestTrainerDataParallel(t *testing.T) {
+	if testBackend() != "xla-cpu" {
+		t.Skip("runs on xla-cpu (TENSORBRIDGE_TEST_BACKEND=xla-cpu): host devices make the mesh")
+	}
+	b, err := tensorbridge.Open(context.Background(), "xla-cpu:devices=8")
+	if err != nil {
+		t.Skipf("xla-cpu: %v", err)
+	}
+	defer b.Close()
+	for _, tc := range []struct{ model, run, mesh string }{
+		{"mlp_ce", "adamw", "data=4"}, {"mlp_ce", "sgd", "data=8"}, {"regression_mse", "adam", "data=4"}, {"cnn_ce", "adamw", "data=4"},
+	} {
+		t.Run(tc.model+"/"+tc.run+"/"+tc.mesh, func(t *testing.T) {
+			r := readTorchRun(t, tc.model, tc.run)
+			tr, losses := trainFixture(t, b, tc.model, r, func(c *train.Config) { c.Mesh = tc.mesh })
+			for i, l := range losses {
+				if rel := math.Abs(l-r.Losses[i]) / r.Losses[i]; rel > 1e-3 || math.IsNaN(l) {
+					t.Errorf("step %d: loss %.7g, PyTorch %.7g (relative %.2g)", i+1, l, r.Losses[i], rel)
+				}
+			}
+			checkTrainedOutput(t, b, tr, tc.model, tc.run, r.Output)
+		})
+	}
+}
