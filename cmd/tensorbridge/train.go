@@ -51,6 +51,7 @@ type trainFlags struct {
 	warmup, scheduleSteps                         int
 	evalData                                      string
 	evalEvery                                     int
+	threads                                       int
 	set                                           map[string]bool
 }
 
@@ -83,6 +84,7 @@ func addTrainFlags(fs *flag.FlagSet, f *trainFlags) {
 	fs.IntVar(&f.scheduleSteps, "lr-schedule-steps", 0, "steps cosine and linear decay over (default --steps)")
 	fs.Float64Var(&f.clip, "clip-grad-norm", 0, "clip the global gradient norm to F (torch.nn.utils.clip_grad_norm_); 0: off")
 	fs.StringVar(&f.evalData, "eval-data", "", "directory of held-out .npy data (same names as --data)")
+	fs.IntVar(&f.threads, "threads", 0, "confine the process to T CPUs (as run --threads) before opening the backend; 0: all")
 	fs.IntVar(&f.evalEvery, "eval-every", 0, "with --eval-data, log the mean held-out loss every N steps (and at the end)")
 }
 
@@ -236,6 +238,14 @@ func trainRun(ctx context.Context, modelPath string, f *trainFlags, cfg train.Co
 	}
 	if _, err := os.Stat(modelPath); err != nil {
 		return usageErr("model: %v", err)
+	}
+	if f.threads < 0 {
+		return usageErr("--threads cannot be negative")
+	}
+	if f.threads > 0 {
+		if _, err := limitThreads(f.threads); err != nil {
+			return usageErr("%v", err)
+		}
 	}
 	parsed := readModelAhead(modelPath)
 	b, err := tensorbridge.Open(ctx, f.backend, tensorbridge.WithSettings(settings))
