@@ -392,3 +392,36 @@ func windowOffsets(window []int) [][]int {
 	}
 	return out
 }
+
+// ConvGeneral is simplego's, with unset (nil or zero) strides and
+// dilations read as 1. GoMLX v0.26.0's convolution gradients build their
+// reverse convolutions without setting strides (ops_convolve.go,
+// convVJPWrtX and convVJPWrtKernel), so the graph layer passes nil; XLA
+// reads that as 1, but simplego's shape inference (shapeinference.go,
+// ConvGeneralOp) leaves the stride 0 and refuses it, so without this no
+// convolution could be differentiated on this backend.
+func (b *builder) ConvGeneral(input, kernel backends.Op, axes backends.ConvolveAxesConfig,
+	strides []int, paddings [][2]int, inputDilations, kernelDilations []int,
+	channelGroupCount, batchGroupCount int) (backends.Op, error) {
+	if len(strides) == 0 {
+		strides = ones(len(axes.InputSpatial))
+	}
+	return b.Builder.ConvGeneral(input, kernel, axes, unsetToOne(strides), paddings,
+		unsetToOne(inputDilations), unsetToOne(kernelDilations), channelGroupCount, batchGroupCount)
+}
+
+// unsetToOne returns v with its zeros replaced by ones (a copy when any).
+func unsetToOne(v []int) []int {
+	for i, x := range v {
+		if x == 0 {
+			out := append([]int(nil), v...)
+			for j := i; j < len(out); j++ {
+				if out[j] == 0 {
+					out[j] = 1
+				}
+			}
+			return out
+		}
+	}
+	return v
+}
