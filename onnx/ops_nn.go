@@ -356,7 +356,15 @@ func convConvTranspose(c *opCtx) error {
 	for a := range n {
 		x = dilateAxis(x, 2+a, s[a])
 	}
-	y := graph.ConvGeneral(x, kw, nchwAxes(n), ones, pads, nil, d, group, 1)
+	// The padding is written out too: GoMLX v0.26.0's convolution
+	// gradient fails for paddings this large (convVJPWrtX: "failed to set
+	// up reverse Convolve() for gradient").
+	before0, after0 := make([]int, n+2), make([]int, n+2)
+	for a := range n {
+		before0[2+a], after0[2+a] = pads[a][0], pads[a][1]
+	}
+	x = padConstant(x, before0, after0, graph.ScalarZero(c.g, x.DType()))
+	y := graph.ConvGeneral(x, kw, nchwAxes(n), ones, nil, nil, d, group, 1)
 	for a := range n {
 		if crop[a][0] > 0 || crop[a][1] > 0 {
 			dim := y.Shape().Dimensions[2+a]
