@@ -88,12 +88,12 @@ var gcFloat32Ops = map[string]string{
 // Ops whose outputs are all integer or boolean (ArgMax, Equal, Shape...)
 // are left out automatically.
 var gcNonDifferentiable = map[string]string{
-	"RandomNormal":     "random: output does not depend on inputs",
-	"RandomNormalLike": "random: output does not depend on the input's values",
-	"RandomUniform":    "random: output does not depend on inputs",
+	"RandomNormal":      "random: output does not depend on inputs",
+	"RandomNormalLike":  "random: output does not depend on the input's values",
+	"RandomUniform":     "random: output does not depend on inputs",
 	"RandomUniformLike": "random: output does not depend on the input's values",
-	"Bernoulli":        "random: samples are not differentiable",
-	"Multinomial":      "random: samples are not differentiable",
+	"Bernoulli":         "random: samples are not differentiable",
+	"Multinomial":       "random: samples are not differentiable",
 }
 
 // gcNodeDir finds the ONNX 1.23.2 node tests installed by
