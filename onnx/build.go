@@ -234,6 +234,12 @@ func (p *Plan) Model() *Model { return p.m }
 // works around it by returning such parameters as extra outputs, and other
 // callers must do the same or not declare them.
 func (p *Plan) Build(g *ir.Graph, inputs map[string]*ir.Node) (outs map[string]*ir.Node, err error) {
+	return p.buildTraced(g, inputs, nil)
+}
+
+// buildTraced is Build recording in tr, when not nil, which ONNX node
+// created which graph nodes (gradcheck.go).
+func (p *Plan) buildTraced(g *ir.Graph, inputs map[string]*ir.Node, tr *nodeTrace) (outs map[string]*ir.Node, err error) {
 	if g == nil {
 		return nil, errors.New("onnx: Build needs a graph")
 	}
@@ -241,7 +247,7 @@ func (p *Plan) Build(g *ir.Graph, inputs map[string]*ir.Node) (outs map[string]*
 		return nil, err
 	}
 	truncates := bf16ConvertTruncates(g.Backend())
-	b := &builder{m: p.m, g: g, vals: map[string]*value{}, prec: p.prec,
+	b := &builder{m: p.m, g: g, vals: map[string]*value{}, prec: p.prec, trace: tr,
 		emulate: p.prec.compute == ir.BFloat16 && truncates, wideBF16: !p.prec.low() && truncates}
 	for _, prm := range p.params {
 		n, ok := inputs[prm.Name]
@@ -371,6 +377,8 @@ type builder struct {
 	// Float16 values always are), rounded to BFloat16 to nearest even at
 	// casts to BFLOAT16 and at the model's outputs (see graphDT).
 	wideBF16 bool
+	// trace, when not nil, records the graph nodes each ONNX node created.
+	trace *nodeTrace
 }
 
 // graphDT is the dtype of graph nodes for values the model declares dt:
@@ -408,7 +416,7 @@ func (b *builder) buildSubgraph(g *onnxpb.Graph, inputs []*value) ([]*value, err
 	if sg == nil {
 		return nil, fmt.Errorf("subgraph %q was not prepared", g.Name)
 	}
-	child := &builder{m: b.m, g: b.g, vals: map[string]*value{}, parent: b, prec: b.prec, emulate: b.emulate, wideBF16: b.wideBF16}
+	child := &builder{m: b.m, g: b.g, vals: map[string]*value{}, parent: b, prec: b.prec, emulate: b.emulate, wideBF16: b.wideBF16, trace: b.trace}
 	for name, t := range sg.inits {
 		dt := b.prec.hostDT(sg.initDT[name])
 		child.vals[name] = &value{name: name, dt: dt, host: hostFromIR(t, dt)}
@@ -530,9 +538,11 @@ func (b *builder) convertNodes(nodes []*onnxpb.Node, defs []*opDef, attrs []map[
 				c.outs[i] = &value{name: name}
 			}
 		}
+		first := len(b.g.Nodes())
 		if err := b.convertNode(c); err != nil {
 			return err
 		}
+		b.trace.record(first, len(b.g.Nodes()), n.OpType, c.name)
 		for i, o := range c.outs {
 			if o == nil {
 				continue
