@@ -183,6 +183,10 @@ func (m *Model) NewTrainer(ctx context.Context, cfg train.Config, opts ...Traine
 		t.release()
 		return nil, err
 	}
+	if err := t.checkGradientsEarly(); err != nil {
+		t.release()
+		return nil, err
+	}
 	if tm != nil {
 		if err := t.replicate(); err != nil {
 			t.release()
@@ -300,6 +304,53 @@ func (t *Trainer) place(ctx context.Context) error {
 
 func (t *Trainer) deviceErr(op string, p onnx.Param, err error) error {
 	return &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: op, Err: fmt.Errorf("weight %q (%s): %w", p.Name, p.Shape, err)}
+}
+
+// checkGradients refuses, naming the ONNX op and node, a plan whose loss
+// reverse-mode autodiff cannot differentiate with respect to the trainable
+// weights (onnx.Plan.CheckGradients), before the step is built.
+func (t *Trainer) checkGradients(plan *onnx.Plan) error {
+	if err := plan.CheckEngine(t.b.drv.Engine()); err != nil {
+		return err
+	}
+	names := make([]string, len(t.params))
+	for i, p := range t.params {
+		names[i] = p.Name
+	}
+	return plan.CheckGradients(t.b.drv.Engine(), names)
+}
+
+// checkGradientsEarly runs checkGradients when the trainer is created, for
+// models whose input shapes the batch size settles (every symbolic
+// dimension leads its input); others are checked when their first step
+// compiles.
+func (t *Trainer) checkGradientsEarly() error {
+	shapes := map[string][]int{}
+	for _, in := range t.m.m.Inputs() {
+		if !in.RankKnown {
+			return nil
+		}
+		dims := make([]int, len(in.Dims))
+		for i, d := range in.Dims {
+			switch {
+			case d.Param == "" && d.Value >= 0:
+				dims[i] = d.Value
+			case i == 0:
+				dims[i] = t.cfg.Batch
+			default:
+				return nil
+			}
+		}
+		shapes[in.Name] = dims
+	}
+	if len(t.m.m.ValueInputs()) > 0 {
+		return nil
+	}
+	plan, err := t.m.m.SpecializeStrings(shapes, nil, nil, t.spec)
+	if err != nil {
+		return err
+	}
+	return t.checkGradients(plan)
 }
 
 // Stats counts the trained and frozen weights.
@@ -569,7 +620,7 @@ func (t *Trainer) exec(ctx context.Context, mb map[string]*ir.Tensor, k int, eva
 	if err != nil {
 		return nil, err
 	}
-	if err := plan.CheckEngine(t.b.drv.Engine()); err != nil {
+	if err := t.checkGradients(plan); err != nil {
 		return nil, err
 	}
 	ex := &trainExec{plan: plan, params: plan.Params(), target: target}

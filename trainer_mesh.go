@@ -162,6 +162,9 @@ func (t *Trainer) meshExec(ctx context.Context, mb map[string]*ir.Tensor, k int)
 	if err != nil {
 		return nil, err
 	}
+	if err := t.checkGradients(plan); err != nil {
+		return nil, err
+	}
 	e := &meshExec{trainExec: &trainExec{plan: plan, params: plan.Params(), target: target}}
 	if err := t.compileMesh(e, k); err != nil {
 		return nil, err

@@ -131,11 +131,6 @@ func trainFixture(t *testing.T, b *tensorbridge.Backend, model string, r torchRu
 		}
 		pos = next
 		res, err := tr.Step(ctx, batch)
-		if errors.Is(err, tensorbridge.ErrUnsupported) && (model == "cnn_ce" || model == "decoder_lossgraph") && b.Name() == "cpu" {
-			// GoMLX v0.26.0's simplego lacks Pad, which the gradients of
-			// pooling and slicing emit; the refusal names it.
-			t.Skipf("%s on cpu: %v", model, err)
-		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -642,5 +637,22 @@ func TestTrainerDataParallel(t *testing.T) {
 			}
 			checkTrainedOutput(t, b, tr, tc.model, tc.run, r.Output)
 		})
+	}
+}
+
+// TestTrainerRefusesUndifferentiable: a model whose loss goes through an op
+// with no (or a wrong) gradient is refused when the trainer is created,
+// naming the op. The fault is injected through onnx.GradientWrong, the
+// list the importer's gradient checks keep.
+func TestTrainerRefusesUndifferentiable(t *testing.T) {
+	b := openTest(t)
+	onnx.GradientWrong["Mul"] = "injected by the test"
+	defer delete(onnx.GradientWrong, "Mul")
+	cfg := train.Config{Loss: train.Loss{Kind: train.LossMSE, Output: "y", Target: "targets"},
+		Optimizer: train.Optimizer{Kind: train.SGD, LR: 0.1}, Batch: 2}
+	_, err := tinyModel(t, b).NewTrainer(context.Background(), cfg)
+	var ue *tensorbridge.UnsupportedError
+	if !errors.As(err, &ue) || ue.Name != "Mul" {
+		t.Fatalf("err %v, want an UnsupportedError naming Mul", err)
 	}
 }
