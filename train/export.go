@@ -173,10 +173,12 @@ func convertFloats(raw []byte, from, to ir.DType) ([]byte, error) {
 }
 
 var floatReaders = map[ir.DType]func([]byte) float64{
-	ir.Float16:  func(b []byte) float64 { return float64(float16.Frombits(binary.LittleEndian.Uint16(b)).Float32()) },
-	ir.BFloat16: func(b []byte) float64 { return float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(b)) << 16)) },
-	ir.Float32:  func(b []byte) float64 { return float64(math.Float32frombits(binary.LittleEndian.Uint32(b))) },
-	ir.Float64:  func(b []byte) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(b)) },
+	ir.Float16: func(b []byte) float64 { return float64(float16.Frombits(binary.LittleEndian.Uint16(b)).Float32()) },
+	ir.BFloat16: func(b []byte) float64 {
+		return float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(b)) << 16))
+	},
+	ir.Float32: func(b []byte) float64 { return float64(math.Float32frombits(binary.LittleEndian.Uint32(b))) },
+	ir.Float64: func(b []byte) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(b)) },
 }
 
 // floatWriters round to nearest even. float16 and bfloat16 round from the
