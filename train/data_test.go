@@ -452,3 +452,53 @@ func FuzzReadNpyLayout(f *testing.F) {
 		}
 	})
 }
+
+// Next is safe for concurrent use, also against a concurrent Close (which
+// waits for readers still copying out of the mapping). Run with -race.
+func TestDataConcurrent(t *testing.T) {
+	const n, b, steps = 17, 5, 20
+	d, err := OpenData(sampleData(t, n), []string{"x", "y", "z"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		seed int64
+		got  []int
+		err  error
+	}
+	done := make(chan result, 8)
+	for g := 0; g < 8; g++ {
+		go func(seed int64) {
+			p := d.Start(true, seed)
+			r := result{seed: seed}
+			for i := 0; i < steps && r.err == nil; i++ {
+				var batch map[string]*ir.Tensor
+				batch, p, r.err = d.Next(p, b)
+				if r.err == nil {
+					y := batch["y"].Value().([]int64)
+					for _, v := range y {
+						r.got = append(r.got, int(v-100))
+					}
+				}
+			}
+			done <- r
+		}(int64(g % 2))
+	}
+	for g := 0; g < 8; g++ {
+		r := <-done
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		var want []int
+		for e := 0; len(want) < steps*b; e++ {
+			want = append(want, Permutation(n, r.seed, e)...)
+		}
+		if !reflect.DeepEqual(r.got, want[:steps*b]) {
+			t.Errorf("seed %d: drew %v, want %v", r.seed, r.got, want[:steps*b])
+		}
+	}
+	d.Digest()
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
