@@ -201,6 +201,9 @@ func (d *Dataset) Next(p Position, b int) (map[string]*ir.Tensor, Position, erro
 	if b <= 0 {
 		return nil, p, invalid("batch %d: want > 0", b)
 	}
+	if per := d.sampleBytes(); per > 0 && int64(b) > maxBatchBytes/per {
+		return nil, p, invalid("batch %d of %d-byte samples is over %d bytes", b, per, int64(maxBatchBytes))
+	}
 	if p.Epoch < 0 || p.Index < 0 || p.Index >= d.n {
 		return nil, p, invalid("data position epoch %d index %d is outside a data set of %d samples", p.Epoch, p.Index, d.n)
 	}
@@ -219,6 +222,18 @@ func (d *Dataset) Next(p Position, b int) (map[string]*ir.Tensor, Position, erro
 		out[name] = t
 	}
 	return out, next, nil
+}
+
+// maxBatchBytes bounds the host memory one Next call allocates.
+const maxBatchBytes = 1 << 40
+
+// sampleBytes is the bytes of one sample over all files.
+func (d *Dataset) sampleBytes() int64 {
+	var n int64
+	for _, f := range d.files {
+		n += f.layout.SampleBytes
+	}
+	return n
 }
 
 // indices returns the sample indices of b samples from p and the position

@@ -354,7 +354,7 @@ func TestNextErrors(t *testing.T) {
 	for _, c := range []struct {
 		p Position
 		b int
-	}{{Position{Index: 3}, 1}, {Position{Index: -1}, 1}, {Position{Epoch: -1}, 1}, {Position{}, 0}} {
+	}{{Position{Index: 3}, 1}, {Position{Index: -1}, 1}, {Position{Epoch: -1}, 1}, {Position{}, 0}, {Position{}, 1 << 50}} {
 		if _, _, err := d.Next(c.p, c.b); !errors.Is(err, errs.ErrInvalidInput) {
 			t.Errorf("Next(%+v, %d): %v, want ErrInvalidInput", c.p, c.b, err)
 		}
