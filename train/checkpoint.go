@@ -168,16 +168,30 @@ func encodeCheckpoint(w io.Writer, c *Checkpoint) error {
 		return err
 	}
 	for _, name := range names {
-		raw, err := ir.TensorBytes(c.Tensors[name])
-		if err != nil {
+		if err := writeTensorBytes(mw, c.Tensors[name]); err != nil {
 			return fmt.Errorf("tensor %q: %w", name, err)
-		}
-		if _, err := mw.Write(raw); err != nil {
-			return err
 		}
 	}
 	_, err = w.Write(sum.Sum(nil))
 	return err
+}
+
+// writeTensorBytes writes t's bytes (row-major, little-endian) to w
+// without copying them first.
+func writeTensorBytes(w io.Writer, t *ir.Tensor) (err error) {
+	if t.Shape().Size() == 0 {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("reading tensor bytes: %v", r)
+		}
+	}()
+	var werr error
+	if err := t.ConstBytes(func(data []byte) { _, werr = w.Write(data) }); err != nil {
+		return err
+	}
+	return werr
 }
 
 // dtypeByName maps the dtype names a checkpoint records (ir.DType.String)
@@ -364,13 +378,19 @@ func checkLayout(h *ckptHeader, dataBytes int64) error {
 // readCkptTensor reads one tensor's bytes (already checked against the
 // file size).
 func readCkptTensor(r io.Reader, t ckptTensor) (*ir.Tensor, error) {
-	raw := make([]byte, t.Length)
-	if _, err := io.ReadFull(r, raw); err != nil {
-		return nil, fmt.Errorf("tensor %q: %w", t.Name, unexpectedEOF(err))
+	if t.Length == 0 {
+		return ir.TensorFromBytes(dtypeByName[t.DType], t.Dims, nil)
 	}
-	tensor, err := ir.TensorFromBytes(dtypeByName[t.DType], t.Dims, raw)
+	tensor, err := ir.NewHostTensor(dtypeByName[t.DType], t.Dims...)
 	if err != nil {
 		return nil, fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	var rerr error
+	if err := tensor.MutableBytes(func(raw []byte) { _, rerr = io.ReadFull(r, raw) }); err != nil {
+		return nil, fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	if rerr != nil {
+		return nil, fmt.Errorf("tensor %q: %w", t.Name, unexpectedEOF(rerr))
 	}
 	return tensor, nil
 }

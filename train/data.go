@@ -201,6 +201,9 @@ func (d *Dataset) Next(p Position, b int) (map[string]*ir.Tensor, Position, erro
 	if b <= 0 {
 		return nil, p, invalid("batch %d: want > 0", b)
 	}
+	if per := d.sampleBytes(); per > 0 && int64(b) > maxBatchBytes/per {
+		return nil, p, invalid("batch %d of %d-byte samples is over %d bytes", b, per, int64(maxBatchBytes))
+	}
 	if p.Epoch < 0 || p.Index < 0 || p.Index >= d.n {
 		return nil, p, invalid("data position epoch %d index %d is outside a data set of %d samples", p.Epoch, p.Index, d.n)
 	}
@@ -219,6 +222,18 @@ func (d *Dataset) Next(p Position, b int) (map[string]*ir.Tensor, Position, erro
 		out[name] = t
 	}
 	return out, next, nil
+}
+
+// maxBatchBytes bounds the host memory one Next call allocates.
+const maxBatchBytes = 1 << 40
+
+// sampleBytes is the bytes of one sample over all files.
+func (d *Dataset) sampleBytes() int64 {
+	var n int64
+	for _, f := range d.files {
+		n += f.layout.SampleBytes
+	}
+	return n
 }
 
 // indices returns the sample indices of b samples from p and the position
@@ -296,30 +311,52 @@ func (s *splitMix64) below(n uint64) uint64 {
 }
 
 // gather copies the samples idx into a new [len(idx), dims...] tensor, in
-// little-endian order.
+// little-endian order, straight from the mapping into the tensor's memory
+// (runs of consecutive samples in one copy).
 func (f *dataFile) gather(idx []int) (*ir.Tensor, error) {
 	l := f.layout
-	sb := int(l.SampleBytes)
-	raw := make([]byte, len(idx)*sb)
-	for i, s := range idx {
-		off := l.DataOffset + int64(s)*l.SampleBytes
-		copy(raw[i*sb:(i+1)*sb], f.data[off:off+l.SampleBytes])
+	dims := append([]int{len(idx)}, l.Dims...)
+	if l.SampleBytes == 0 {
+		return ir.TensorFromBytes(l.DType, dims, nil)
 	}
-	if l.BigEndian {
-		swapBytes(raw, l.DType)
-	}
-	if l.DType == ir.Bool {
-		for i, v := range raw {
-			if v > 1 {
-				return nil, invalid("data %q: %s: bool element %d of the batch has byte value %d, want 0 or 1", f.name, f.path, i, v)
-			}
-		}
-	}
-	t, err := ir.TensorFromBytes(l.DType, append([]int{len(idx)}, l.Dims...), raw)
+	t, err := ir.NewHostTensor(l.DType, dims...)
 	if err != nil {
 		return nil, fmt.Errorf("train: data %q: %w", f.name, err)
 	}
-	return t, nil
+	var bad error
+	err = t.MutableBytes(func(raw []byte) {
+		sb := l.SampleBytes
+		for i := 0; i < len(idx); {
+			j := i + 1
+			for j < len(idx) && idx[j] == idx[j-1]+1 {
+				j++
+			}
+			off := l.DataOffset + int64(idx[i])*sb
+			copy(raw[int64(i)*sb:int64(j)*sb], f.data[off:off+int64(j-i)*sb])
+			i = j
+		}
+		if l.BigEndian {
+			swapBytes(raw, l.DType)
+		}
+		if l.DType == ir.Bool {
+			bad = checkBools(f, raw)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("train: data %q: %w", f.name, err)
+	}
+	return t, bad
+}
+
+// checkBools refuses bool bytes other than 0 and 1 (NumPy writes no
+// others).
+func checkBools(f *dataFile, raw []byte) error {
+	for i, v := range raw {
+		if v > 1 {
+			return invalid("data %q: %s: bool element %d of the batch has byte value %d, want 0 or 1", f.name, f.path, i, v)
+		}
+	}
+	return nil
 }
 
 // swapBytes reverses the bytes of each element (complex numbers: of each

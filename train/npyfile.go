@@ -1,6 +1,8 @@
 package train
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -57,7 +59,12 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // shape. Errors wrap errs.ErrInvalidInput and, for a malformed file,
 // npy.ErrFormat.
 func readNpyLayout(r io.Reader, size int64) (*npyLayout, error) {
-	cr := &countingReader{r: io.LimitReader(r, size)}
+	r = io.LimitReader(r, size)
+	pre, err := checkHeaderLen(r, size)
+	if err != nil {
+		return nil, err
+	}
+	cr := &countingReader{r: io.MultiReader(bytes.NewReader(pre), r)}
 	h, err := npy.ReadHeader(cr)
 	if err != nil {
 		return nil, errors.Join(errs.ErrInvalidInput, err)
@@ -104,6 +111,29 @@ func readNpyLayout(r io.Reader, size int64) (*npyLayout, error) {
 			h.Shape, h.Descr, elems*int64(dt.Size()), l.DataOffset, size-l.DataOffset)
 	}
 	return l, nil
+}
+
+// checkHeaderLen reads the preamble (magic, version, header length) and
+// refuses a header length beyond the file's size before npy.ReadHeader
+// allocates a buffer of that length. It returns the bytes it read.
+func checkHeaderLen(r io.Reader, size int64) ([]byte, error) {
+	pre := make([]byte, 12)
+	n, _ := io.ReadFull(r, pre)
+	pre = pre[:n]
+	if n < 10 || string(pre[:6]) != npy.Magic {
+		return pre, nil // ReadHeader names the problem
+	}
+	hlen, fixed := int64(binary.LittleEndian.Uint16(pre[8:10])), int64(10)
+	if pre[6] >= 2 {
+		if n < 12 {
+			return pre, nil
+		}
+		hlen, fixed = int64(binary.LittleEndian.Uint32(pre[8:12])), 12
+	}
+	if hlen > size-fixed {
+		return nil, invalidData("header length %d runs past the end of the %d-byte file", hlen, size)
+	}
+	return pre, nil
 }
 
 // invalidData returns an error wrapping errs.ErrInvalidInput and npy.ErrFormat.
