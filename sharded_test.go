@@ -3,6 +3,7 @@ package tensorbridge_test
 import (
 	"context"
 	"fmt"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"os"
 	"path/filepath"
 	"testing"
@@ -23,7 +24,7 @@ func TestShardedEqualsSingle(t *testing.T) {
 	ctx := context.Background()
 	b, err := tensorbridge.Open(ctx, "xla-cpu:devices=8")
 	if err != nil {
-		t.Skipf("xla-cpu: %v", err)
+		testreq.Skipf(t, "xla-cpu: %v", err)
 	}
 	defer b.Close()
 	meshes := []shard.Mesh{{Data: 8, Model: 1}, {Data: 2, Model: 4}, {Data: 1, Model: 8}}
