@@ -250,12 +250,24 @@ func TestPrecisionBFloat16(t *testing.T) {
 			}
 			e := relL2(t, out[spec.Name], want)
 			t.Logf("%s %s (%s): relative L2 %.4f", rm.name, spec.Name, m.Precision(), e)
-			if e > 1e-2 {
-				t.Errorf("%s %s: bfloat16 costs %.4f relative L2, want < 0.01", rm.name, spec.Name, e)
+			if bound := bf16Bound[rm.name]; e > bound {
+				t.Errorf("%s %s: bfloat16 costs %.4f relative L2, want < %g", rm.name, spec.Name, e, bound)
 			}
 		}
 		m.Close()
 	}
+}
+
+// bf16Bound is each reference model's bound on what bfloat16 costs, about
+// twice the largest figure measured on cpu and xla-cpu (2026-11-26): mlp
+// 2e-4; tiny_resnet 4.3e-3; mobilenet_v2_w025 9.7e-3; bert_tiny 2.9e-3 and
+// bert_tiny_op13 4.4e-3 (pooled output).
+var bf16Bound = map[string]float64{
+	"mlp":               5e-4,
+	"tiny_resnet":       1e-2,
+	"mobilenet_v2_w025": 2e-2,
+	"bert_tiny":         6e-3,
+	"bert_tiny_op13":    1e-2,
 }
 
 func TestPrecisionFloat16OnCPUIsRefused(t *testing.T) {
