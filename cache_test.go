@@ -2,6 +2,7 @@ package tensorbridge_test
 
 import (
 	"context"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,7 +40,7 @@ func needXLACPU(t *testing.T) {
 		t.Fatal("pjrt backend not linked")
 	}
 	if av := d.Probe(context.Background()); !av.Available {
-		t.Skipf("xla-cpu unavailable: %s (run scripts/install-plugins.sh xla-cpu)", av.Reason)
+		testreq.Skipf(t, "xla-cpu unavailable: %s (run scripts/install-plugins.sh xla-cpu)", av.Reason)
 	}
 }
 

@@ -59,8 +59,10 @@ func relL2(t *testing.T, got, want *ir.Tensor) float64 {
 }
 
 // The reference models exported from PyTorch with dynamic batch (and
-// sequence) axes match PyTorch's float32 outputs within relative L2 1e-4, at
-// two different input shapes each, so one model compiles twice.
+// sequence) axes match PyTorch's float32 outputs within relative L2 5e-6, at
+// two different input shapes each, so one model compiles twice. Measured on
+// 2026-11-26: 3e-8 to 7.6e-7 on cpu, 3e-8 to 1.1e-6 on xla-cpu; the bound is
+// under five times the largest, so a 10x regression on any model fails.
 func TestReferenceModelsMatchPyTorch(t *testing.T) {
 	ctx := context.Background()
 	b := openTest(t)
@@ -82,8 +84,8 @@ func TestReferenceModelsMatchPyTorch(t *testing.T) {
 				}
 				for i, spec := range m.Outputs() {
 					want := readNPY(t, filepath.Join("testdata", "models", fmt.Sprintf("%s%s.output_%d.npy", rm.name, set, i)))
-					if e := relL2(t, out[spec.Name], want); e > 1e-4 {
-						t.Errorf("set %q output %s: relative L2 error %.3g > 1e-4", set, spec.Name, e)
+					if e := relL2(t, out[spec.Name], want); e > 5e-6 {
+						t.Errorf("set %q output %s: relative L2 error %.3g > 5e-6", set, spec.Name, e)
 					} else {
 						t.Logf("set %q output %s %s: relative L2 error %.2g", set, spec.Name, out[spec.Name].Shape(), e)
 					}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"net"
 	"os"
 	"os/exec"
@@ -66,7 +67,7 @@ func mlpPlanAt(batch int) *onnx.Plan {
 func TestMultiHostCompileLibTPU(t *testing.T) {
 	path, err := capi.FindPlugin("tpu")
 	if err != nil {
-		t.Skipf("libtpu not installed (scripts/setup.sh): %v", err)
+		testreq.Skipf(t, "libtpu not installed (scripts/setup.sh): %v", err)
 	}
 	for k, v := range map[string]string{"TPU_SKIP_MDS_QUERY": "1", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"} {
 		if _, ok := os.LookupEnv(k); !ok {
@@ -238,7 +239,7 @@ func multiHostWorker() int {
 // device ids 2 and 3).
 func TestMultiHostXLACPU(t *testing.T) {
 	if d, ok := driver.Lookup("xla-cpu"); !ok || !d.Probe(context.Background()).Available {
-		t.Skip("xla-cpu unavailable (scripts/setup.sh)")
+		testreq.Skipf(t, "%s", "xla-cpu unavailable (scripts/setup.sh)")
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -3,6 +3,7 @@ package tensorbridge_test
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -133,22 +134,40 @@ func TestMemoryFitCheck(t *testing.T) {
 	}
 }
 
-// Loading, running and closing a model many times does not grow memory.
-// Reports the measurement; fails only on growth far beyond noise.
+// Loading, running and closing a model many times leaks nothing: the
+// goroutine count and the runtime's live device buffers come back to their
+// baselines, and resident memory grows by less than an eighth of the
+// model's file size per cycle (3.4 MiB over 40 cycles). The bound is derived
+// from what it guards: leaking the model on every cycle (its weights alone
+// are 0.7 MB) grows RSS by at least 40 x 0.7 MB = 28 MB. Measured: +0.54 MiB
+// on cpu. Injected once to prove it (TENSORBRIDGE_INJECT_LEAK=model keeps
+// every model open): +105 MiB, the test fails. Leaks per run (an input or
+// an output per call) are TestRunLeavesNoDeviceBuffers' to catch.
 func TestModelLoadLoopMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("loop measurement skipped in -short mode")
 	}
 	ctx := context.Background()
 	b := openTest(t)
+	path := modelPath("tiny_resnet")
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	x := readNPY(t, filepath.Join("testdata", "models", "tiny_resnet.input_0.npy"))
+	var leaked []*tensorbridge.Model // the injected fault only
+	inject := os.Getenv("TENSORBRIDGE_INJECT_LEAK") == "model"
 	cycle := func() {
-		m, err := b.LoadModel(ctx, modelPath("tiny_resnet"))
+		m, err := b.LoadModel(ctx, path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := m.Run(ctx, map[string]*ir.Tensor{"image": x}); err != nil {
 			t.Fatal(err)
+		}
+		if inject {
+			leaked = append(leaked, m)
+			return
 		}
 		m.Close()
 	}
@@ -165,17 +184,44 @@ func TestModelLoadLoopMemory(t *testing.T) {
 		cycle()
 	}
 	start := rss()
+	goroutines := settledGoroutines()
+	live, _, counted := b.LiveBuffers()
 	const n = 40
 	for i := 0; i < n; i++ {
 		cycle()
 	}
 	end := rss()
 	growth := int64(end) - int64(start)
-	t.Logf("RSS after warm-up %.1f MiB, after %d more load/run/close cycles %.1f MiB: %+.2f MiB (%+.1f KiB per cycle)",
-		float64(start)/(1<<20), n, float64(end)/(1<<20), float64(growth)/(1<<20), float64(growth)/1024/n)
-	if growth > 64<<20 {
-		t.Fatalf("memory grew by %d bytes over %d cycles", growth, n)
+	bound := n * st.Size() / 8
+	t.Logf("RSS after warm-up %.1f MiB, after %d more load/run/close cycles %.1f MiB: %+.2f MiB (%+.1f KiB per cycle; bound %.1f MiB)",
+		float64(start)/(1<<20), n, float64(end)/(1<<20), float64(growth)/(1<<20), float64(growth)/1024/n, float64(bound)/(1<<20))
+	if growth > bound {
+		t.Errorf("memory grew by %d bytes over %d cycles, bound %d (an eighth of the model's %d bytes per cycle)", growth, n, bound, st.Size())
 	}
+	if g := settledGoroutines(); g > goroutines {
+		t.Errorf("goroutines: %d after the cycles, %d before", g, goroutines)
+	}
+	if now, _, _ := b.LiveBuffers(); counted && now != live {
+		t.Errorf("live device buffers: %d after the cycles, %d before", now, live)
+	}
+	for _, m := range leaked {
+		m.Close()
+	}
+}
+
+// settledGoroutines is the goroutine count once goroutines that are ending
+// have ended (it waits up to a second for the count to stop falling).
+func settledGoroutines() int {
+	n := runtime.NumGoroutine()
+	for i := 0; i < 20; i++ {
+		time.Sleep(50 * time.Millisecond)
+		m := runtime.NumGoroutine()
+		if m >= n {
+			return m
+		}
+		n = m
+	}
+	return n
 }
 
 // bfloat16 (mixed: float32 parameters and accumulation) costs under 1%
@@ -204,12 +250,24 @@ func TestPrecisionBFloat16(t *testing.T) {
 			}
 			e := relL2(t, out[spec.Name], want)
 			t.Logf("%s %s (%s): relative L2 %.4f", rm.name, spec.Name, m.Precision(), e)
-			if e > 1e-2 {
-				t.Errorf("%s %s: bfloat16 costs %.4f relative L2, want < 0.01", rm.name, spec.Name, e)
+			if bound := bf16Bound[rm.name]; e > bound {
+				t.Errorf("%s %s: bfloat16 costs %.4f relative L2, want < %g", rm.name, spec.Name, e, bound)
 			}
 		}
 		m.Close()
 	}
+}
+
+// bf16Bound is each reference model's bound on what bfloat16 costs, about
+// twice the largest figure measured on cpu and xla-cpu (2026-11-26): mlp
+// 2e-4; tiny_resnet 4.3e-3; mobilenet_v2_w025 9.7e-3; bert_tiny 2.9e-3 and
+// bert_tiny_op13 4.4e-3 (pooled output).
+var bf16Bound = map[string]float64{
+	"mlp":               5e-4,
+	"tiny_resnet":       1e-2,
+	"mobilenet_v2_w025": 2e-2,
+	"bert_tiny":         6e-3,
+	"bert_tiny_op13":    1e-2,
 }
 
 func TestPrecisionFloat16OnCPUIsRefused(t *testing.T) {

@@ -3,6 +3,7 @@ package tensorbridge_test
 import (
 	"context"
 	"fmt"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"os"
 	"path/filepath"
 	"testing"
@@ -23,7 +24,7 @@ func TestShardedEqualsSingle(t *testing.T) {
 	ctx := context.Background()
 	b, err := tensorbridge.Open(ctx, "xla-cpu:devices=8")
 	if err != nil {
-		t.Skipf("xla-cpu: %v", err)
+		testreq.Skipf(t, "xla-cpu: %v", err)
 	}
 	defer b.Close()
 	meshes := []shard.Mesh{{Data: 8, Model: 1}, {Data: 2, Model: 4}, {Data: 1, Model: 8}}
@@ -64,8 +65,10 @@ func TestShardedEqualsSingle(t *testing.T) {
 				for _, o := range m.Outputs() {
 					e := relL2(t, got[o.Name], want[o.Name])
 					t.Logf("output %s %s: rel L2 %.3g against one device", o.Name, got[o.Name].Shape(), e)
-					if e > 1e-5 {
-						t.Errorf("output %s: rel L2 %.3g > 1e-5", o.Name, e)
+					// Measured 4.6e-8 to 6.1e-7 (2026-11-26): the bound is
+					// five times the largest.
+					if e > 3e-6 {
+						t.Errorf("output %s: rel L2 %.3g > 3e-6", o.Name, e)
 					}
 				}
 				_, per, ok := m.Mesh()

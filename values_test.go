@@ -3,6 +3,7 @@ package tensorbridge_test
 import (
 	"context"
 	"errors"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"os"
 	"path/filepath"
 	"testing"
@@ -26,7 +27,7 @@ func debianNodeCase(t *testing.T, name string) string {
 	}
 	p := filepath.Join(root, "data", "node", name, "model.onnx")
 	if _, err := os.Stat(p); err != nil {
-		t.Skipf("ONNX test data not found (run scripts/fetch-onnx-testdata.sh): %v", err)
+		testreq.Skipf(t, "ONNX test data not found (run scripts/fetch-onnx-testdata.sh): %v", err)
 	}
 	return p
 }

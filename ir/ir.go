@@ -1,12 +1,16 @@
-// Package ir is tensorbridge's single adapter to its computation IR, the
-// GoMLX v0.26.0 graph.
+// Package ir holds the project's names for its computation IR, the GoMLX
+// v0.26.0 graph: aliases of GoMLX's graph, node, tensor, shape and dtype
+// types, and the few helpers (tensors from bytes, device buffers, the
+// ephemeral-graph convention) that the portable API and the tools share.
 //
-// Every other package of the project (the ONNX importer, the portable API,
-// the tools) names graphs, nodes, tensors, shapes and dtypes through the
-// aliases here rather than importing GoMLX directly, so a GoMLX upgrade, whose
-// API moves a lot between releases, is absorbed by this one package. Backends
-// (packages cpu and pjrt) are the exception: they implement GoMLX's backend
-// interface and so must import it.
+// It is not the only place that imports GoMLX. The ONNX importer's op
+// converters, the root package's run path, shard and parts of the CLI
+// call GoMLX's graph functions directly (about fifty files), because a
+// wrapper for each of its hundreds of functions would be a second copy of
+// its API; and the backends (packages cpu and pjrt) implement GoMLX's
+// backend interface. What ir does give a reader is one vocabulary for the
+// types that cross package boundaries: a public API signature names
+// ir.Tensor or ir.Graph, never a GoMLX package.
 package ir
 
 import (

@@ -3,6 +3,7 @@ package pjrt_test
 import (
 	"context"
 	"errors"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"strings"
 	"testing"
 
@@ -20,7 +21,7 @@ func openXLACPU(t *testing.T, spec string) *tensorbridge.Backend {
 	t.Helper()
 	d, _ := driver.Lookup("xla-cpu")
 	if av := d.Probe(context.Background()); !av.Available {
-		t.Skipf("run scripts/install-plugins.sh xla-cpu: %s", av.Reason)
+		testreq.Skipf(t, "run scripts/install-plugins.sh xla-cpu: %s", av.Reason)
 	}
 	b, err := tensorbridge.Open(context.Background(), spec)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"net"
 	"os"
 	"os/exec"
@@ -116,7 +117,7 @@ func freeLoopback(t *testing.T) string {
 func startJob(t *testing.T, role string, n int, extraEnv func(i int) []string) []clusterReport {
 	t.Helper()
 	if _, err := (&Driver{Kind: Kinds[0]}).FindPlugin(); err != nil {
-		t.Skipf("XLA CPU plugin not installed (%s): %v", installHint, err)
+		testreq.Skipf(t, "XLA CPU plugin not installed (%s): %v", installHint, err)
 	}
 	coord := freeLoopback(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -3,6 +3,7 @@ package pjrt_test
 import (
 	"context"
 	"fmt"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"math"
 	"testing"
 
@@ -70,7 +71,7 @@ func runGraph(be backends.Backend, fn func(g *graph.Graph, in []*graph.Node) []*
 func TestDifferentialSimpleGo(t *testing.T) {
 	d, _ := driver.Lookup("xla-cpu")
 	if av := d.Probe(context.Background()); !av.Available {
-		t.Skipf("run scripts/install-plugins.sh xla-cpu: %s", av.Reason)
+		testreq.Skipf(t, "run scripts/install-plugins.sh xla-cpu: %s", av.Reason)
 	}
 	xb, err := d.Open(context.Background(), &driver.Options{MemoryFraction: 0.9})
 	if err != nil {
@@ -158,7 +159,7 @@ func TestDifferentialSimpleGo(t *testing.T) {
 func TestGradientsNumerically(t *testing.T) {
 	d, _ := driver.Lookup("xla-cpu")
 	if av := d.Probe(context.Background()); !av.Available {
-		t.Skipf("run scripts/install-plugins.sh xla-cpu: %s", av.Reason)
+		testreq.Skipf(t, "run scripts/install-plugins.sh xla-cpu: %s", av.Reason)
 	}
 	xb, err := d.Open(context.Background(), &driver.Options{MemoryFraction: 0.9})
 	if err != nil {

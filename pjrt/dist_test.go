@@ -3,6 +3,7 @@ package pjrt
 import (
 	"bytes"
 	"context"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
@@ -15,7 +16,7 @@ import (
 func needDevices(t *testing.T, eng *Engine, n int) {
 	t.Helper()
 	if eng.NumDevices() < n {
-		t.Skipf("the XLA CPU client has %d device(s), the test needs %d", eng.NumDevices(), n)
+		testreq.Skipf(t, "the XLA CPU client has %d device(s), the test needs %d", eng.NumDevices(), n)
 	}
 }
 

@@ -3,6 +3,7 @@ package pjrt
 import (
 	"context"
 	"fmt"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"math"
 	"math/cmplx"
 	"os"
@@ -46,7 +47,7 @@ func cpuEngine(t testing.TB) *Engine {
 	t.Helper()
 	d := &Driver{Kind: Kinds[0]}
 	if _, err := d.FindPlugin(); err != nil {
-		t.Skipf("XLA CPU plugin not installed (%s): %v", installHint, err)
+		testreq.Skipf(t, "XLA CPU plugin not installed (%s): %v", installHint, err)
 	}
 	cpuOnce.Do(func() {
 		b, err := d.Open(context.Background(), &driver.Options{Config: "devices=2", MemoryFraction: 0.9})

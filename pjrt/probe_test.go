@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -535,7 +536,7 @@ func installedPlugin(t *testing.T, k Kind) string {
 	d := &Driver{Kind: k}
 	f, err := d.FindPlugin()
 	if err != nil {
-		t.Skipf("%s plugin not installed: %v", k.Name, err)
+		testreq.Skipf(t, "%s plugin not installed: %v", k.Name, err)
 	}
 	return f.Path
 }

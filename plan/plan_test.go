@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"os"
 	"os/exec"
 	"strings"
@@ -26,7 +27,7 @@ func inChild(t *testing.T) bool {
 		return true
 	}
 	if _, err := capi.FindPlugin("tpu"); err != nil {
-		t.Skipf("libtpu not installed (scripts/install-plugins.sh tpu): %v", err)
+		testreq.Skipf(t, "libtpu not installed (scripts/install-plugins.sh tpu): %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()

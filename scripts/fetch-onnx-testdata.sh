@@ -14,6 +14,11 @@
 set -eu
 
 pkg=libonnx-testdata
+# Pinned like every other download: Debian bookworm's package (ONNX 1.12).
+# The conformance tests' golden lists (onnx/conformance/testdata/golden) hold
+# its case count, so another version fails them.
+version=1.12.0-2
+sha256=7dc0912e02f79ece102331411a751b091bc0e191c9fb1287f8cdfbe5530f6027
 cache=${1:-${TENSORBRIDGE_CACHE:-$HOME/.cache/tensorbridge}/onnx-testdata}
 
 # find_root prints the directory holding data/node under $1, if any.
@@ -23,7 +28,7 @@ find_root() {
 	dirname "$(dirname "$node")"
 }
 
-if [ -f "$cache/.complete" ] && root=$(find_root "$cache/root"); then
+if [ -f "$cache/.complete" ] && [ "$(cat "$cache/.complete")" = "${pkg}_${version}_all.deb" ] && root=$(find_root "$cache/root"); then
 	echo "$root"
 	exit 0
 fi
@@ -39,19 +44,24 @@ mkdir -p "$cache"
 work=$(mktemp -d "$cache/.tmp.XXXXXX")
 trap 'rm -rf "$work"' EXIT INT TERM
 
-if ! (cd "$work" && apt-get download "$pkg" >&2); then
+if ! (cd "$work" && apt-get download "$pkg=$version" >&2); then
 	echo "fetch-onnx-testdata: apt-get download failed; running apt-get update and retrying" >&2
 	if [ "$(id -u)" = 0 ]; then
 		apt-get update >&2
 	else
 		sudo apt-get update >&2
 	fi
-	(cd "$work" && apt-get download "$pkg" >&2)
+	(cd "$work" && apt-get download "$pkg=$version" >&2)
 fi
 
 deb=$(ls "$work"/"$pkg"_*.deb 2>/dev/null | head -n 1)
 [ -n "$deb" ] || {
 	echo "fetch-onnx-testdata: apt-get download produced no $pkg .deb file" >&2
+	exit 1
+}
+got=$(sha256sum "$deb" | cut -d' ' -f1)
+[ "$got" = "$sha256" ] || {
+	echo "fetch-onnx-testdata: $(basename "$deb"): sha256 $got, want $sha256 (version $version); refusing it" >&2
 	exit 1
 }
 dpkg -x "$deb" "$work/root"

@@ -9,6 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
+# Everything the tests use is installed now: a test that finds its data or
+# plugin missing fails instead of skipping.
+export TENSORBRIDGE_REQUIRE_TESTDATA=1
 
 echo "== go vet"
 go vet ./...

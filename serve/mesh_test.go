@@ -3,6 +3,7 @@ package serve_test
 import (
 	"context"
 	"fmt"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"net"
 	"path/filepath"
 	"sync"
@@ -23,7 +24,7 @@ func openMeshBackend(t testing.TB, n int) *tensorbridge.Backend {
 	bk.CacheDir = "off"
 	b, err := tensorbridge.Open(context.Background(), fmt.Sprintf("xla-cpu:devices=%d", n), tensorbridge.WithSettings(bk))
 	if err != nil {
-		t.Skipf("xla-cpu with %d devices: %v", n, err)
+		testreq.Skipf(t, "xla-cpu with %d devices: %v", n, err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	return b

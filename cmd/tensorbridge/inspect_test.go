@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"os"
 	"path/filepath"
 	"strings"
@@ -96,7 +97,7 @@ func TestConformanceRunsSomething(t *testing.T) {
 	}
 	code, stdout, stderr := run(t, "conformance", "--backend", "cpu", "--match", "zzz_no_such_case_zzz")
 	if strings.Contains(stderr, "no ONNX backend test data") {
-		t.Skip("no ONNX test data on this machine (scripts/setup.sh fetches it)")
+		testreq.Skipf(t, "%s", "no ONNX test data on this machine (scripts/setup.sh fetches it)")
 	}
 	if code != 1 || !strings.Contains(stderr, `--match "zzz_no_such_case_zzz" selects none`) {
 		t.Errorf("--match selecting nothing: exit %d, stdout %q, stderr %q", code, stdout, stderr)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -45,7 +46,7 @@ func cpu(t testing.TB) *Client {
 		cpuClient, cpuErr = p.NewClient(context.Background(), []NamedValue{{OptCPUDeviceCount, numCPUDevices}})
 	})
 	if cpuSkip != "" {
-		t.Skip(cpuSkip)
+		testreq.Skipf(t, "%s", cpuSkip)
 	}
 	if cpuErr != nil {
 		t.Fatalf("CPU plugin: %v", cpuErr)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"os"
 	"os/exec"
 	"strings"
@@ -30,7 +31,7 @@ func TestLibTPUWithoutTPU(t *testing.T) {
 	}
 	path, err := FindPlugin("tpu")
 	if err != nil {
-		t.Skipf("plugin not installed: run scripts/install-plugins.sh tpu (%v)", err)
+		testreq.Skipf(t, "plugin not installed: run scripts/install-plugins.sh tpu (%v)", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
