@@ -636,6 +636,27 @@ func TestTrainerDataParallel(t *testing.T) {
 				}
 			}
 			checkTrainedOutput(t, b, tr, tc.model, tc.run, r.Output)
+			// The replicas on every device are replaced, not added to.
+			ds, err := train.OpenData(filepath.Join("testdata", "train", tc.model, "data"), dataNames(t, filepath.Join("testdata", "train", tc.model, "data")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ds.Close()
+			base, _, _ := b.LiveBuffers()
+			pos := ds.Start(false, 0)
+			for i := range 20 {
+				batch, next, err := ds.Next(pos, 8)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pos = next
+				if _, err := tr.Step(context.Background(), batch); err != nil {
+					t.Fatal(err)
+				}
+				if live, _, _ := b.LiveBuffers(); live != base {
+					t.Fatalf("step %d more: %d live buffers, %d before", i+1, live, base)
+				}
+			}
 		})
 	}
 }
