@@ -300,3 +300,61 @@ func TestTrainCLIBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestTrainCLIEvalAndKeep: --eval-data holding the first 8 samples, after
+// step 5, gives the loss PyTorch computed at step 6 (which trains on those
+// same 8 samples: 40 samples, batch 8) — an independent reference for the
+// evaluation; --keep 2 with --checkpoint-every 2 leaves the newest two.
+func TestTrainCLIEvalAndKeep(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(mlpDir, "adamw.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref struct{ Losses []float64 }
+	if err := json.Unmarshal(raw, &ref); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	evalDir := filepath.Join(dir, "eval")
+	first8 := map[string]*npy.Array{}
+	for _, name := range []string{"x", "labels"} {
+		a, err := npy.ReadFile(filepath.Join(mlpDir, "data", name+".npy"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch d := a.Data.(type) {
+		case []float32:
+			first8[name] = &npy.Array{Shape: append([]int{8}, a.Shape[1:]...), Data: d[:8*len(d)/a.Shape[0]]}
+		case []int64:
+			first8[name] = &npy.Array{Shape: []int{8}, Data: d[:8]}
+		default:
+			t.Fatalf("%s: %T", name, a.Data)
+		}
+	}
+	writeNPYs(t, evalDir, first8)
+	log, ck := filepath.Join(dir, "log.json"), filepath.Join(dir, "ck")
+	code, _, stderr := run(t, mlpArgs("--steps", "8", "--eval-data", evalDir, "--eval-every", "5",
+		"--log-json", log, "--checkpoint-dir", ck, "--checkpoint-every", "2", "--keep", "2")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var evals []logLine
+	for _, l := range readLog(t, log) {
+		if l.EvalLoss != nil {
+			evals = append(evals, l)
+		}
+	}
+	if len(evals) != 2 || evals[0].Step != 5 || evals[1].Step != 8 {
+		t.Fatalf("eval lines %+v: want steps 5 and 8 (every 5, and at the end)", evals)
+	}
+	if rel := math.Abs(*evals[0].EvalLoss-ref.Losses[5]) / ref.Losses[5]; rel > 1e-3 {
+		t.Errorf("eval loss after step 5: %.7g, PyTorch's step-6 loss on the same samples %.7g", *evals[0].EvalLoss, ref.Losses[5])
+	}
+	files, err := filepath.Glob(filepath.Join(ck, "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 2 || !strings.HasSuffix(files[1], train.CheckpointName(8)) {
+		t.Errorf("checkpoints %v: want the newest two, ending at step 8", files)
+	}
+}
