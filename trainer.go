@@ -205,9 +205,12 @@ func checkTrainSupported(m *Model, cfg train.Config) error {
 		return &errs.UnsupportedError{What: "feature", Name: "training a model loaded on a mesh",
 			Detail: "load the model on one device; Config.Mesh says how training spreads"}
 	}
-	if cfg.Strategy != "" && cfg.Strategy != "dp" {
-		return &errs.UnsupportedError{What: "feature", Name: "--strategy " + cfg.Strategy,
-			Detail: "tensor-parallel and fsdp training are not implemented yet; --mesh data=D trains data-parallel"}
+	if cfg.Strategy == "tp" {
+		return &errs.UnsupportedError{What: "feature", Name: "--strategy tp",
+			Detail: "tensor-parallel training is not implemented yet; --mesh data=D trains data-parallel (dp) or sharded (fsdp)"}
+	}
+	if cfg.Strategy == "fsdp" && (cfg.Mesh == "" || strings.HasPrefix(cfg.Mesh, "data=1,") || cfg.Mesh == "data=1") {
+		return &errs.InputError{Name: "--strategy", Problem: "value", Expected: "fsdp with --mesh data=D, D > 1", Got: "no data axis to shard over (--mesh " + cfg.Mesh + ")"}
 	}
 	return nil
 }
@@ -224,7 +227,7 @@ func trainerMesh(b *Backend, cfg train.Config) (*trainMesh, error) {
 	if mesh.Devices() <= 1 {
 		return nil, nil
 	}
-	return newTrainMesh(b, mesh, cfg.Batch)
+	return newTrainMesh(b, mesh, cfg.Batch, cfg.Strategy)
 }
 
 // trainableNames lists the floating-point initializers that Freeze does
@@ -362,6 +365,19 @@ func (t *Trainer) Stats() TrainStats {
 	return s
 }
 
+// BytesPerDevice is the bytes of trained weights and optimizer state the
+// first device holds: all of them on one device or with data parallelism
+// (every device holds a replica), about 1/D of them with fsdp over D devices.
+func (t *Trainer) BytesPerDevice() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var n int64
+	for _, x := range t.deviceZero() {
+		n += int64(x.Shape().Memory())
+	}
+	return n
+}
+
 // Config returns the training configuration.
 func (t *Trainer) Config() train.Config { return t.cfg }
 
@@ -496,7 +512,12 @@ func (t *Trainer) Eval(ctx context.Context, batch map[string]*ir.Tensor) (float6
 	if err != nil {
 		return 0, err
 	}
-	outs, err := ex.exe.runKeep(ctx, t.dev, append(append([]*ir.Tensor(nil), t.weights...), args...))
+	ws, done, err := t.evalWeights()
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	outs, err := ex.exe.runKeep(ctx, t.dev, append(append([]*ir.Tensor(nil), ws...), args...))
 	if err != nil {
 		return 0, err
 	}
@@ -785,7 +806,7 @@ func (t *Trainer) Weights() (map[string]*ir.Tensor, error) {
 	}
 	out := make(map[string]*ir.Tensor, len(t.params))
 	for i, p := range t.params {
-		h, err := hostCopy(t.weights[i])
+		h, err := t.hostArg(i)
 		if err != nil {
 			return nil, t.deviceErr("read weights", p, err)
 		}
@@ -806,14 +827,15 @@ func (t *Trainer) State() (*train.Checkpoint, error) {
 	}
 	c := &train.Checkpoint{Step: t.updates, ModelDigest: t.modelDigest, ConfigDigest: t.cfg.Digest(),
 		Config: t.cfg.Fields(), Tensors: map[string]*ir.Tensor{}}
+	n := len(t.params)
 	for i, p := range t.params {
-		h, err := hostCopy(t.weights[i])
+		h, err := t.hostArg(i)
 		if err != nil {
 			return nil, t.deviceErr("read weights", p, err)
 		}
 		c.Tensors["weight/"+p.Name] = h
 		for s, slot := range t.slots {
-			h, err := hostCopy(t.state[s][i])
+			h, err := t.hostArg(n*(1+s) + i)
 			if err != nil {
 				return nil, t.deviceErr("read optimizer state", p, err)
 			}

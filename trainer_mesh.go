@@ -38,6 +38,10 @@ type trainMesh struct {
 	// order: weights, then per slot per weight), d = 1..D-1.
 	replicas [][]*ir.Tensor
 	execs    map[string]*meshExec
+	// fsdp: weights and optimizer state are split over the data axis
+	// (splits, per stored argument); otherwise replicated.
+	fsdp   bool
+	splits []shard.Plan
 }
 
 // meshExec is a compiled data-parallel step for one input shape.
@@ -49,7 +53,7 @@ type meshExec struct {
 }
 
 // newTrainMesh checks the mesh against the backend and the batch.
-func newTrainMesh(b *Backend, mesh shard.Mesh, batch int) (*trainMesh, error) {
+func newTrainMesh(b *Backend, mesh shard.Mesh, batch int, strategy string) (*trainMesh, error) {
 	if mesh.Model > 1 {
 		return nil, &errs.UnsupportedError{What: "feature", Name: "--mesh " + mesh.String(),
 			Detail: "a model axis (tensor-parallel training) is not implemented; use data=D"}
@@ -66,7 +70,30 @@ func newTrainMesh(b *Backend, mesh shard.Mesh, batch int) (*trainMesh, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &trainMesh{mesh: mesh, dm: dm, execs: map[string]*meshExec{}}, nil
+	return &trainMesh{mesh: mesh, dm: dm, execs: map[string]*meshExec{}, fsdp: strategy == "fsdp"}, nil
+}
+
+// planStorage decides how each stored argument (weights, then optimizer
+// state per slot) lies over the mesh: replicated (dp), or with fsdp split
+// over the data axis along its first dimension the axis divides
+// (replicated when none does).
+func (t *Trainer) planStorage() {
+	tm := t.mesh
+	tm.splits = nil
+	for range 1 + len(t.slots) {
+		for _, p := range t.params {
+			pl := make(shard.Plan, p.Shape.Rank())
+			if tm.fsdp {
+				for a, d := range p.Shape.Dimensions {
+					if d%tm.mesh.Data == 0 {
+						pl[a] = shard.Data
+						break
+					}
+				}
+			}
+			tm.splits = append(tm.splits, pl)
+		}
+	}
 }
 
 // devices returns the tensors device 0 holds, in argument order.
@@ -78,25 +105,58 @@ func (t *Trainer) deviceZero() []*ir.Tensor {
 	return out
 }
 
-// replicate copies device 0's weights and state to the other devices,
-// replacing (and freeing) their replicas. On error nothing changes.
+// replicate spreads device 0's weights and state, which hold the whole
+// values, over the mesh: copies on every other device (dp), or with fsdp
+// one shard per device (device 0's whole tensors replaced by its shards).
+// The other devices' old tensors are freed. On error nothing changes.
 func (t *Trainer) replicate() error {
 	tm := t.mesh
+	if tm.splits == nil {
+		t.planStorage()
+	}
 	src := t.deviceZero()
+	zero := make([]*ir.Tensor, len(src))
 	next := make([][]*ir.Tensor, tm.mesh.Data-1)
 	fail := func(err error) error {
 		for _, r := range next {
 			freeAll(r)
 		}
+		for i, z := range zero {
+			if z != nil && z != src[i] {
+				_ = z.FinalizeAll()
+			}
+		}
 		return &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "replicate weights", Err: err}
 	}
-	for _, x := range src {
+	l := shard.Layout{Mesh: tm.dm}
+	for i, x := range src {
 		h, err := hostCopy(x)
 		if err != nil {
 			return fail(err)
 		}
+		parts := make([]*ir.Tensor, tm.mesh.Data)
+		for d := range parts {
+			parts[d] = h
+		}
+		if tm.splits[i].Split() {
+			spec, err := l.Spec(tm.splits[i])
+			if err != nil {
+				return fail(err)
+			}
+			dt, err := distributed.ShardTensor(spec, h)
+			if err != nil {
+				return fail(err)
+			}
+			copy(parts, dt.Shards())
+		}
+		zero[i] = x
+		if tm.splits[i].Split() {
+			if zero[i], err = ir.ToDevice(parts[0], t.b.drv.Engine(), 0); err != nil {
+				return fail(err)
+			}
+		}
 		for d := 1; d < tm.mesh.Data; d++ {
-			r, err := ir.ToDevice(h, t.b.drv.Engine(), d)
+			r, err := ir.ToDevice(parts[d], t.b.drv.Engine(), d)
 			if err != nil {
 				return fail(err)
 			}
@@ -107,7 +167,54 @@ func (t *Trainer) replicate() error {
 		freeAll(r)
 	}
 	tm.replicas = next
+	var old []*ir.Tensor
+	for i := range src {
+		if zero[i] != src[i] {
+			old = append(old, src[i])
+		}
+	}
+	t.setDeviceZero(zero)
+	freeAll(old)
 	return nil
+}
+
+// setDeviceZero replaces device 0's weights and state (deviceZero order).
+func (t *Trainer) setDeviceZero(ts []*ir.Tensor) {
+	n := len(t.params)
+	t.weights = ts[:n]
+	for s := range t.state {
+		t.state[s] = ts[n*(1+s) : n*(2+s)]
+	}
+}
+
+// hostArg returns stored argument i's whole value on the host (with fsdp,
+// its shards gathered from the devices).
+func (t *Trainer) hostArg(i int) (*ir.Tensor, error) {
+	x := t.deviceZero()[i]
+	if t.mesh == nil || !t.mesh.splits[i].Split() {
+		return hostCopy(x)
+	}
+	tm := t.mesh
+	shards := make([]*ir.Tensor, tm.mesh.Data)
+	var err error
+	if shards[0], err = hostCopy(x); err != nil {
+		return nil, err
+	}
+	for d := 1; d < tm.mesh.Data; d++ {
+		if shards[d], err = hostCopy(tm.replicas[d-1][i]); err != nil {
+			return nil, err
+		}
+	}
+	l := shard.Layout{Mesh: tm.dm}
+	spec, err := l.Spec(tm.splits[i])
+	if err != nil {
+		return nil, err
+	}
+	dt, err := distributed.NewTensor(spec, shards)
+	if err != nil {
+		return nil, err
+	}
+	return dt.Merge()
 }
 
 func (tm *trainMesh) release() {
@@ -202,7 +309,10 @@ func (t *Trainer) compileMesh(e *meshExec, k int) (err error) {
 	in := make([]*ir.Node, len(shapes))
 	for i, s := range shapes {
 		pl := make(shard.Plan, s.Rank()) // replicated
-		if i >= n && i < n+perBatch {
+		switch {
+		case i < n:
+			pl = tm.splits[i]
+		case i < n+perBatch:
 			pl = shard.Batch(s.Dimensions, tm.mesh.Data)
 		}
 		e.splits = append(e.splits, pl)
@@ -218,7 +328,11 @@ func (t *Trainer) compileMesh(e *meshExec, k int) (err error) {
 	}
 	specs := make([]*distributed.ShardingSpec, len(outs))
 	for i, o := range outs {
-		if specs[i], err = l.Spec(make(shard.Plan, o.Rank())); err != nil {
+		pl := make(shard.Plan, o.Rank())
+		if i < n {
+			pl = tm.splits[i]
+		}
+		if specs[i], err = l.Spec(pl); err != nil {
 			return err
 		}
 	}
@@ -312,4 +426,27 @@ func (e *meshExec) execute(backend string, args []any) (res []*ir.Tensor, err er
 	}
 	defer recoverInto(&err, backend, "running a data-parallel training step")
 	return e.g.Run(args...), nil
+}
+
+// evalWeights returns device 0's whole weights for the one-device
+// evaluation program, and a function freeing what it placed: with fsdp
+// the shards are gathered on the host and placed whole for the call.
+func (t *Trainer) evalWeights() ([]*ir.Tensor, func(), error) {
+	if t.mesh == nil || !t.mesh.fsdp {
+		return t.weights, func() {}, nil
+	}
+	var placed []*ir.Tensor
+	for i := range t.params {
+		h, err := t.hostArg(i)
+		if err == nil {
+			var d *ir.Tensor
+			if d, err = ir.ToDevice(h, t.b.drv.Engine(), 0); err == nil {
+				placed = append(placed, d)
+				continue
+			}
+		}
+		freeAll(placed)
+		return nil, nil, &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "eval", Err: err}
+	}
+	return placed, func() { freeAll(placed) }, nil
 }

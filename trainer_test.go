@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -624,18 +625,43 @@ func TestTrainerDataParallel(t *testing.T) {
 		t.Skipf("xla-cpu: %v", err)
 	}
 	defer b.Close()
-	for _, tc := range []struct{ model, run, mesh string }{
-		{"mlp_ce", "adamw", "data=4"}, {"mlp_ce", "sgd", "data=8"}, {"regression_mse", "adam", "data=4"}, {"cnn_ce", "adamw", "data=4"},
+	for _, tc := range []struct{ model, run, mesh, strategy string }{
+		{"mlp_ce", "adamw", "data=4", ""}, {"mlp_ce", "sgd", "data=8", ""}, {"regression_mse", "adam", "data=4", ""}, {"cnn_ce", "adamw", "data=4", ""},
+		{"mlp_ce", "adamw", "data=4", "fsdp"}, {"mlp_ce", "sgd", "data=8", "fsdp"}, {"decoder_lossgraph", "adamw", "data=4", "fsdp"},
 	} {
-		t.Run(tc.model+"/"+tc.run+"/"+tc.mesh, func(t *testing.T) {
+		t.Run(tc.model+"/"+tc.run+"/"+tc.mesh+"/"+tc.strategy, func(t *testing.T) {
 			r := readTorchRun(t, tc.model, tc.run)
-			tr, losses := trainFixture(t, b, tc.model, r, func(c *train.Config) { c.Mesh = tc.mesh })
+			tr, losses := trainFixture(t, b, tc.model, r, func(c *train.Config) { c.Mesh, c.Strategy = tc.mesh, tc.strategy })
 			for i, l := range losses {
 				if rel := math.Abs(l-r.Losses[i]) / r.Losses[i]; rel > 1e-3 || math.IsNaN(l) {
 					t.Errorf("step %d: loss %.7g, PyTorch %.7g (relative %.2g)", i+1, l, r.Losses[i], rel)
 				}
 			}
 			checkTrainedOutput(t, b, tr, tc.model, tc.run, r.Output)
+			if tc.model == "mlp_ce" {
+				// The MLP's parameters (nn.Linear 16-32-32-4): with fsdp each
+				// is split over D on a dimension D divides, else replicated
+				// (the last bias under D=8); per tensor, times the weight and
+				// its optimizer state, 4 bytes each.
+				d := dataAxis(tc.mesh)
+				copies := int64(1 + len(train.StateSlots(r.config(t).Optimizer)))
+				var want int64
+				for _, dims := range [][]int{{32, 16}, {32}, {32, 32}, {32}, {4, 32}, {4}} {
+					n := 1
+					split := false
+					for _, x := range dims {
+						n *= x
+						split = split || x%d == 0
+					}
+					if tc.strategy == "fsdp" && split {
+						n /= d
+					}
+					want += int64(n) * 4 * copies
+				}
+				if got := tr.BytesPerDevice(); got != want {
+					t.Errorf("%d bytes of weights and optimizer state on device 0, want %d", got, want)
+				}
+			}
 			// The replicas on every device are replaced, not added to.
 			ds, err := train.OpenData(filepath.Join("testdata", "train", tc.model, "data"), dataNames(t, filepath.Join("testdata", "train", tc.model, "data")))
 			if err != nil {
@@ -676,4 +702,11 @@ func TestTrainerRefusesUndifferentiable(t *testing.T) {
 	if !errors.As(err, &ue) || ue.Name != "Mul" {
 		t.Fatalf("err %v, want an UnsupportedError naming Mul", err)
 	}
+}
+
+// dataAxis reads D from "data=D".
+func dataAxis(mesh string) int {
+	var d int
+	_, _ = fmt.Sscanf(mesh, "data=%d", &d)
+	return d
 }
