@@ -88,6 +88,10 @@ type Config struct {
 	Job String `json:"job"`
 	// Host is this process's host name.
 	Host string `json:"host"`
+	// Security authenticates the job's calls (from Options.Security; never
+	// serialised). Limits bound the coordination service process 0 runs.
+	Security *Security `json:"-"`
+	Limits   Limits    `json:"-"`
 }
 
 // Duration is a time setting and its source.
@@ -119,6 +123,13 @@ type Options struct {
 	TPU func(ctx context.Context) (*discover.TPUEnvironment, error)
 	// Hostname overrides os.Hostname.
 	Hostname string
+	// Security is the job's shared secret and TLS material, as the caller
+	// read them (the CLI: --cluster-token-file, $TENSORBRIDGE_CLUSTER_TOKEN_FILE,
+	// --cluster-tls-*). Bootstrap never reads them from the environment.
+	Security *Security
+	// Limits bound the coordination service's key-value store and waits
+	// (zero fields take the defaults).
+	Limits Limits
 }
 
 // Bootstrap works out the job from, in this order: explicit values (Options,
@@ -138,7 +149,10 @@ func Bootstrap(ctx context.Context, opts Options) (*Config, error) {
 		v, _ := env(k)
 		return strings.TrimSpace(v)
 	}
-	c := &Config{Host: opts.Hostname}
+	if err := opts.Security.check(); err != nil {
+		return nil, err
+	}
+	c := &Config{Host: opts.Hostname, Security: opts.Security, Limits: opts.Limits}
 	if c.Host == "" {
 		c.Host, _ = os.Hostname()
 	}
