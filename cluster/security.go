@@ -176,6 +176,11 @@ func ReadToken(path string) ([]byte, error) {
 	if len(tok) == 0 {
 		return nil, &ConfigError{Field: "cluster token file", Value: path, Reason: "empty"}
 	}
+	for _, c := range tok {
+		if c < 0x20 || c > 0x7e { // gRPC metadata carries printable ASCII only
+			return nil, &ConfigError{Field: "cluster token file", Value: path, Reason: "the token must be printable ASCII (e.g. openssl rand -hex 32)"}
+		}
+	}
 	return tok, nil
 }
 
