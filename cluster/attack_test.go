@@ -153,14 +153,12 @@ func wantCode(t *testing.T, what string, err error, want codes.Code) {
 // session, and, with a stolen session, up to the per-process bound. Every
 // attack gets its code and none fails the job.
 //
-// Each guard was proven by injecting its fault: with the token check of
-// authenticate returning nil, the wrong-token joins reach the job checks
-// (AlreadyExists / PermissionDenied instead of Unauthenticated) and fail
-// here; with checkSession returning nil, the forged Leave of process 2
-// succeeds and the job then fails ("session ended" reads as orderly,
-// barrier missing) besides the code checks; with the per-process key bound
-// removed, the stolen-session flood puts all 200 keys; with Join's old
-// fail-the-job refusal back, the workers end with "process 3 refused".
+// Each guard was proven by injecting its fault: with authenticate
+// returning nil, the token-less join takes process 3's index and worker 3
+// is refused; with checkSession checking only the index, every forged put,
+// get, barrier and leave succeeds; with the per-process key bound removed,
+// the stolen-session flood puts all 200 keys; with Join's old refusal that
+// failed the whole job, the workers end with "process 3 refused".
 func TestMultiProcessUnderAttack(t *testing.T) {
 	const (
 		n       = 4

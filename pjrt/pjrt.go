@@ -352,6 +352,9 @@ func (d *Driver) Open(ctx context.Context, opts *driver.Options) (driver.Backend
 	if err != nil {
 		return nil, &errs.Error{Kind: errs.InvalidArgument, Backend: name, Op: "open", Err: fmt.Errorf("multi-process job: %w", err)}
 	}
+	if jobCfg != nil {
+		jobCfg.Security = opts.ClusterSecurity
+	}
 	if len(d.Kind.Nodes) > 0 && len(d.deviceNodes()) == 0 {
 		return nil, &errs.UnavailableError{Name: name, Reason: fmt.Sprintf("no %s device (no %s)", d.Kind.Platform, strings.Join(d.Kind.Nodes, " or "))}
 	}
