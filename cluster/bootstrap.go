@@ -32,6 +32,10 @@ const (
 	EnvNumProcesses = "TENSORBRIDGE_NUM_PROCESSES"   // how many processes the job has
 	EnvTimeout      = "TENSORBRIDGE_CLUSTER_TIMEOUT" // Go duration, e.g. "30s"
 	EnvJob          = "TENSORBRIDGE_JOB"             // job id; processes of other jobs are refused
+	// EnvBind is the IP process 0's coordination service listens on (the
+	// coordinator address's port); unset: see ListenAddress. The Kubernetes
+	// manifests set it to the pod's IP (status.podIP).
+	EnvBind = "TENSORBRIDGE_COORDINATOR_BIND"
 )
 
 // Sources of a value, as Config records them. Environment and metadata
@@ -86,6 +90,8 @@ type Config struct {
 	Heartbeat Duration `json:"heartbeat"`
 	// Job is the job id shared by all processes.
 	Job String `json:"job"`
+	// Bind is the IP process 0's service listens on ("" : ListenAddress).
+	Bind String `json:"bind,omitempty"`
 	// Host is this process's host name.
 	Host string `json:"host"`
 	// Security authenticates the job's calls (from Options.Security; never
@@ -369,6 +375,12 @@ func Bootstrap(ctx context.Context, opts Options) (*Config, error) {
 		c.Timeout = Duration{d, "env:" + EnvTimeout}
 	}
 	c.Heartbeat = Duration{HeartbeatInterval(c.Timeout.Value), SourceDerived + ":timeout/10"}
+	if v := get(EnvBind); v != "" {
+		if net.ParseIP(strings.Trim(v, "[]")) == nil {
+			return nil, &ConfigError{Field: "coordinator bind address", Value: v, Source: "env:" + EnvBind, Reason: "want an IP address (the pod's, status.podIP)"}
+		}
+		c.Bind = String{strings.Trim(v, "[]"), "env:" + EnvBind}
+	}
 	c.Job = String{"default", SourceDefault}
 	if v := get(EnvJob); v != "" {
 		c.Job = String{v, "env:" + EnvJob}
