@@ -493,3 +493,29 @@ func TestLoadSecurityErrors(t *testing.T) {
 		t.Errorf("Security prints its token: %s", s)
 	}
 }
+
+// TestBindAddress: TENSORBRIDGE_COORDINATOR_BIND narrows process 0's
+// listener to one IP; a value that is no IP is a config error naming it.
+func TestBindAddress(t *testing.T) {
+	cases := []struct{ coord, bind, want string }{
+		{"tb-slice-0-0.tb:8482", "", ":8482"},
+		{"tb-slice-0-0.tb:8482", "10.4.0.7", "10.4.0.7:8482"},
+		{"tb-slice-0-0.tb:8482", "fd00::7", "[fd00::7]:8482"},
+		{"127.0.0.1:9000", "", "127.0.0.1:9000"},
+	}
+	for _, c := range cases {
+		got, err := serveAddress(c.coord, c.bind)
+		if err != nil || got != c.want {
+			t.Errorf("serveAddress(%q, %q) = %q, %v; want %q", c.coord, c.bind, got, err, c.want)
+		}
+	}
+	env := map[string]string{EnvCoordinator: "tb-0.tb", EnvProcessID: "0", EnvNumProcesses: "2", EnvBind: "10.4.0.7"}
+	cfg, err := Bootstrap(context.Background(), Options{Env: envOf(env)})
+	if err != nil || cfg.Bind != (String{"10.4.0.7", "env:" + EnvBind}) {
+		t.Errorf("bootstrap with %s: %+v %v", EnvBind, cfg.Bind, err)
+	}
+	env[EnvBind] = "my-pod"
+	if _, err := Bootstrap(context.Background(), Options{Env: envOf(env)}); !errors.Is(err, ErrConfig) {
+		t.Errorf("bootstrap with %s=my-pod: %v, want a config error", EnvBind, err)
+	}
+}

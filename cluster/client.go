@@ -77,12 +77,8 @@ func Connect(ctx context.Context, cfg *Config, self Self) (*Client, error) {
 		listen := "127.0.0.1:0"
 		if addr != "" {
 			var err error
-			if listen, err = ListenAddress(addr); err != nil {
+			if listen, err = serveAddress(addr, cfg.Bind.Value); err != nil {
 				return nil, err
-			}
-			if cfg.Bind.Value != "" { // only this IP, e.g. the pod's
-				_, port, _ := net.SplitHostPort(listen)
-				listen = net.JoinHostPort(cfg.Bind.Value, port)
 			}
 		}
 		srv, err := NewServer(ServerOptions{Processes: cfg.ProcessCount.Value, Job: cfg.Job.Value, Timeout: cfg.Timeout.Value, Heartbeat: cfg.Heartbeat.Value,

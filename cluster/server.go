@@ -131,6 +131,19 @@ func ListenAddress(coordinator string) (string, error) {
 	return net.JoinHostPort("", port), nil
 }
 
+// serveAddress is where process 0 listens: ListenAddress of the
+// coordinator address, on the IP bind alone when bind is set (the pod's
+// IP in the Kubernetes manifests, so that the service is not offered on
+// every interface).
+func serveAddress(coordinator, bind string) (string, error) {
+	listen, err := ListenAddress(coordinator)
+	if err != nil || bind == "" {
+		return listen, err
+	}
+	_, port, _ := net.SplitHostPort(listen)
+	return net.JoinHostPort(bind, port), nil
+}
+
 // Serve starts serving on lis in the background; Shutdown or Stop end it.
 func (s *Server) Serve(lis net.Listener) {
 	s.lis = lis
