@@ -459,7 +459,6 @@ func (d *Driver) Open(ctx context.Context, opts *driver.Options) (driver.Backend
 	return b, nil
 }
 
-
 // Backend is an open pjrt backend.
 type Backend struct {
 	kind       Kind
