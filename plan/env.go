@@ -10,9 +10,10 @@ import (
 // The plugins plan loads read some settings only from the process
 // environment, when they load: libtpu reads TPU_SKIP_MDS_QUERY (without it,
 // off a TPU VM, it spends minutes reaching for a metadata server that is
-// not there; docs/pjrt-findings.md) and ALLOW_MULTIPLE_LIBTPU_LOAD (planning
+// not there; docs/pjrt-findings.md), ALLOW_MULTIPLE_LIBTPU_LOAD (planning
 // opens no TPU, so it may run beside a process that owns them and beside
-// other plans, instead of failing on /tmp/libtpu_lockfile); the CUDA plugin
+// other plans, instead of failing on /tmp/libtpu_lockfile) and
+// TPU_WORKER_HOSTNAMES (see Env); the CUDA plugin
 // reads XLA_FLAGS, where --xla_gpu_cuda_data_dir tells it where ptxas is.
 //
 // Package plan never changes the process environment (another goroutine, or
@@ -68,6 +69,13 @@ func Env(slice string, lookup func(string) (string, bool)) []EnvVar {
 	}
 	if _, ok := lookup("ALLOW_MULTIPLE_LIBTPU_LOAD"); !ok {
 		out = append(out, EnvVar{"ALLOW_MULTIPLE_LIBTPU_LOAD", "1", "planning opens no TPU and may run beside a process that does"})
+	}
+	// Without a worker list (no metadata server to ask) libtpu takes its own
+	// warning text for one and logs "E0000 ... INVALID_ARGUMENT: unexpected
+	// worker hostname" on every plan. This host is the one worker; the plans
+	// of multi-host slices are the same with it (v5e-16: identical reports).
+	if _, ok := lookup("TPU_WORKER_HOSTNAMES"); !ok {
+		out = append(out, EnvVar{"TPU_WORKER_HOSTNAMES", "localhost", "libtpu otherwise logs an INVALID_ARGUMENT error for the missing worker list"})
 	}
 	return out
 }

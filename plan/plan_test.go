@@ -71,8 +71,8 @@ func TestEnv(t *testing.T) {
 		env   map[string]string
 		want  []string
 	}{
-		{"tpu, nothing set", "v5e-8", nil, []string{"TPU_SKIP_MDS_QUERY=1", "ALLOW_MULTIPLE_LIBTPU_LOAD=1"}},
-		{"tpu, the caller's values kept", "v5e-8", map[string]string{"TPU_SKIP_MDS_QUERY": "true", "ALLOW_MULTIPLE_LIBTPU_LOAD": "0"}, nil},
+		{"tpu, nothing set", "v5e-8", nil, []string{"TPU_SKIP_MDS_QUERY=1", "ALLOW_MULTIPLE_LIBTPU_LOAD=1", "TPU_WORKER_HOSTNAMES=localhost"}},
+		{"tpu, the caller's values kept", "v5e-8", map[string]string{"TPU_SKIP_MDS_QUERY": "true", "ALLOW_MULTIPLE_LIBTPU_LOAD": "0", "TPU_WORKER_HOSTNAMES": "h0,h1"}, nil},
 		{"gpu, cuda dir already in XLA_FLAGS", "h100-8", map[string]string{"XLA_FLAGS": "--xla_gpu_cuda_data_dir=/opt/cuda"}, nil},
 	}
 	for _, c := range cases {
