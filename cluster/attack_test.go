@@ -519,3 +519,29 @@ func TestBindAddress(t *testing.T) {
 		t.Errorf("bootstrap with %s=my-pod: %v, want a config error", EnvBind, err)
 	}
 }
+
+// TestLargestValue: a value of exactly MaxValueBytes goes in and comes back
+// out through the Client (gRPC's default 4 MiB receive limit would refuse
+// the answer); one byte more is ErrKeyLimit. (Injected fault: the client's
+// MaxCallRecvMsgSize option removed; the Get then fails with
+// RESOURCE_EXHAUSTED from the client's own transport.)
+func TestLargestValue(t *testing.T) {
+	clients, errs := startInProcessWith(t, 1, 5*time.Second, func(int, *Options) {})
+	if errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	c := clients[0]
+	defer c.Abort()
+	ctx := context.Background()
+	v := bytes.Repeat([]byte{0xa5}, DefaultMaxValueBytes)
+	if err := c.Put(ctx, "big", v); err != nil {
+		t.Fatalf("put of %d bytes: %v", len(v), err)
+	}
+	got, err := c.Get(ctx, "big", 0)
+	if err != nil || !bytes.Equal(got, v) {
+		t.Fatalf("get of %d bytes: %d bytes, %v", len(v), len(got), err)
+	}
+	if err := c.Put(ctx, "bigger", append(v, 0)); !errors.Is(err, ErrKeyLimit) {
+		t.Errorf("put of %d bytes: %v, want ErrKeyLimit", len(v)+1, err)
+	}
+}

@@ -104,8 +104,13 @@ func Connect(ctx context.Context, cfg *Config, self Self) (*Client, error) {
 	if cfg.Security.TLS() {
 		creds = clientCreds(cfg.Security, addr)
 	}
+	// Messages up to the largest put the service accepts, both ways (gRPC's
+	// default receive limit, 4 MiB, is below a 4 MiB value and its framing).
+	lim := cfg.Limits.withDefaults(cfg.Timeout.Value)
+	msg := lim.MaxValueBytes + lim.MaxKeyBytes + 1024
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(msg), grpc.MaxCallSendMsgSize(msg)),
 		grpc.WithUnaryInterceptor(c.unaryMD),
 		grpc.WithStreamInterceptor(c.streamMD),
 		grpc.WithConnectParams(grpc.ConnectParams{
