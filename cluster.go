@@ -1,6 +1,9 @@
 package tensorbridge
 
-import "github.com/tensorbridge/tensorbridge/driver"
+import (
+	"github.com/tensorbridge/tensorbridge/cluster"
+	"github.com/tensorbridge/tensorbridge/driver"
+)
 
 // Multi-process jobs.
 //
@@ -16,6 +19,20 @@ import "github.com/tensorbridge/tensorbridge/driver"
 // --coordinator, --process-id and --num-processes flags give); unset values
 // come from the environment.
 type ClusterOptions = driver.Cluster
+
+// ClusterSecurity is how this process proves to the job's coordination
+// service that it belongs to the job: the shared token and, optionally,
+// mutual TLS (see cluster.Security, cluster.LoadSecurity).
+type ClusterSecurity = cluster.Security
+
+// WithClusterSecurity authenticates the backend to its job's coordination
+// service, whether the job comes from WithCluster or from the environment.
+// The caller reads the secret: the CLI takes --cluster-token-file, or the
+// file $TENSORBRIDGE_CLUSTER_TOKEN_FILE names (cluster.EnvTokenFile); the
+// library never reads that variable itself.
+func WithClusterSecurity(s *ClusterSecurity) Option {
+	return func(o *openOptions) { o.driver.ClusterSecurity = s }
+}
 
 // ProcessInfo is a backend's place in its job; see Backend.Process.
 type ProcessInfo = driver.ProcessInfo

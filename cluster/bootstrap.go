@@ -32,6 +32,10 @@ const (
 	EnvNumProcesses = "TENSORBRIDGE_NUM_PROCESSES"   // how many processes the job has
 	EnvTimeout      = "TENSORBRIDGE_CLUSTER_TIMEOUT" // Go duration, e.g. "30s"
 	EnvJob          = "TENSORBRIDGE_JOB"             // job id; processes of other jobs are refused
+	// EnvBind is the IP process 0's coordination service listens on (the
+	// coordinator address's port); unset: see ListenAddress. The Kubernetes
+	// manifests set it to the pod's IP (status.podIP).
+	EnvBind = "TENSORBRIDGE_COORDINATOR_BIND"
 )
 
 // Sources of a value, as Config records them. Environment and metadata
@@ -86,8 +90,14 @@ type Config struct {
 	Heartbeat Duration `json:"heartbeat"`
 	// Job is the job id shared by all processes.
 	Job String `json:"job"`
+	// Bind is the IP process 0's service listens on ("" : ListenAddress).
+	Bind String `json:"bind,omitempty"`
 	// Host is this process's host name.
 	Host string `json:"host"`
+	// Security authenticates the job's calls (from Options.Security; never
+	// serialised). Limits bound the coordination service process 0 runs.
+	Security *Security `json:"-"`
+	Limits   Limits    `json:"-"`
 }
 
 // Duration is a time setting and its source.
@@ -119,6 +129,13 @@ type Options struct {
 	TPU func(ctx context.Context) (*discover.TPUEnvironment, error)
 	// Hostname overrides os.Hostname.
 	Hostname string
+	// Security is the job's shared secret and TLS material, as the caller
+	// read them (the CLI: --cluster-token-file, $TENSORBRIDGE_CLUSTER_TOKEN_FILE,
+	// --cluster-tls-*). Bootstrap never reads them from the environment.
+	Security *Security
+	// Limits bound the coordination service's key-value store and waits
+	// (zero fields take the defaults).
+	Limits Limits
 }
 
 // Bootstrap works out the job from, in this order: explicit values (Options,
@@ -138,7 +155,10 @@ func Bootstrap(ctx context.Context, opts Options) (*Config, error) {
 		v, _ := env(k)
 		return strings.TrimSpace(v)
 	}
-	c := &Config{Host: opts.Hostname}
+	if err := opts.Security.check(); err != nil {
+		return nil, err
+	}
+	c := &Config{Host: opts.Hostname, Security: opts.Security, Limits: opts.Limits}
 	if c.Host == "" {
 		c.Host, _ = os.Hostname()
 	}
@@ -355,6 +375,12 @@ func Bootstrap(ctx context.Context, opts Options) (*Config, error) {
 		c.Timeout = Duration{d, "env:" + EnvTimeout}
 	}
 	c.Heartbeat = Duration{HeartbeatInterval(c.Timeout.Value), SourceDerived + ":timeout/10"}
+	if v := get(EnvBind); v != "" {
+		if net.ParseIP(strings.Trim(v, "[]")) == nil {
+			return nil, &ConfigError{Field: "coordinator bind address", Value: v, Source: "env:" + EnvBind, Reason: "want an IP address (the pod's, status.podIP)"}
+		}
+		c.Bind = String{strings.Trim(v, "[]"), "env:" + EnvBind}
+	}
 	c.Job = String{"default", SourceDefault}
 	if v := get(EnvJob); v != "" {
 		c.Job = String{v, "env:" + EnvJob}

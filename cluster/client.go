@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tensorbridge/tensorbridge/cluster/clusterpb"
@@ -53,6 +54,7 @@ type Client struct {
 	wg      sync.WaitGroup // session goroutines
 	leaving atomic.Bool
 	lastAck atomic.Int64 // unix nanos of the coordinator's last session event
+	session atomic.Value // string: the session secret Join handed out
 
 	mu     sync.Mutex
 	err    error
@@ -75,11 +77,12 @@ func Connect(ctx context.Context, cfg *Config, self Self) (*Client, error) {
 		listen := "127.0.0.1:0"
 		if addr != "" {
 			var err error
-			if listen, err = ListenAddress(addr); err != nil {
+			if listen, err = serveAddress(addr, cfg.Bind.Value); err != nil {
 				return nil, err
 			}
 		}
-		srv, err := NewServer(ServerOptions{Processes: cfg.ProcessCount.Value, Job: cfg.Job.Value, Timeout: cfg.Timeout.Value, Heartbeat: cfg.Heartbeat.Value})
+		srv, err := NewServer(ServerOptions{Processes: cfg.ProcessCount.Value, Job: cfg.Job.Value, Timeout: cfg.Timeout.Value, Heartbeat: cfg.Heartbeat.Value,
+			Security: cfg.Security, Limits: cfg.Limits})
 		if err != nil {
 			return nil, err
 		}
@@ -97,8 +100,19 @@ func Connect(ctx context.Context, cfg *Config, self Self) (*Client, error) {
 	if addr == "" {
 		return nil, &ConfigError{Field: "coordinator", Reason: "no coordinator address"}
 	}
+	creds := insecure.NewCredentials()
+	if cfg.Security.TLS() {
+		creds = clientCreds(cfg.Security, addr)
+	}
+	// Messages up to the largest put the service accepts, both ways (gRPC's
+	// default receive limit, 4 MiB, is below a 4 MiB value and its framing).
+	lim := cfg.Limits.withDefaults(cfg.Timeout.Value)
+	msg := lim.MaxValueBytes + lim.MaxKeyBytes + 1024
 	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(msg), grpc.MaxCallSendMsgSize(msg)),
+		grpc.WithUnaryInterceptor(c.unaryMD),
+		grpc.WithStreamInterceptor(c.streamMD),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: min(time.Second, cfg.Timeout.Value/4)},
 			MinConnectTimeout: min(time.Second, cfg.Timeout.Value),
@@ -113,19 +127,30 @@ func Connect(ctx context.Context, cfg *Config, self Self) (*Client, error) {
 	host := cfg.Host
 	jctx, jcancel := context.WithTimeout(ctx, 2*cfg.Timeout.Value+cfg.Heartbeat.Value)
 	defer jcancel()
+	var header metadata.MD
 	resp, err := c.rpc.Join(jctx, &clusterpb.JoinRequest{
 		Process: &clusterpb.Process{Index: int32(cfg.ProcessIndex.Value), Host: host, Pid: int32(os.Getpid()),
 			Devices: int32(self.Devices), DeviceKind: self.DeviceKind, SliceId: int32(cfg.SliceID.Value)},
 		ProcessCount: int32(cfg.ProcessCount.Value), Job: cfg.Job.Value,
-	}, grpc.WaitForReady(true))
+	}, grpc.WaitForReady(true), grpc.Header(&header))
 	if err != nil {
-		if code := status.Code(err); ctx.Err() == nil && (code == codes.DeadlineExceeded || code == codes.Unavailable) {
+		switch code := status.Code(err); {
+		case ctx.Err() == nil && (code == codes.DeadlineExceeded || code == codes.Unavailable):
 			err = &CoordinatorError{Address: addr, Reason: fmt.Sprintf("no answer to join within %v", 2*cfg.Timeout.Value+cfg.Heartbeat.Value), Err: err}
-		} else {
+		case code == codes.Unauthenticated || code == codes.PermissionDenied || code == codes.InvalidArgument || code == codes.AlreadyExists:
+			// Refused to this process alone; the job goes on without it.
+			err = &WorkerError{Kind: Refused, Index: cfg.ProcessIndex.Value, Host: host, Reason: status.Convert(err).Message()}
+		default:
 			err = c.convert(ctx, "join", err)
 		}
 		c.teardown()
 		return nil, err
+	}
+	if v := header.Get(sessionKey); len(v) == 1 && v[0] != "" {
+		c.session.Store(v[0])
+	} else {
+		c.teardown()
+		return nil, &CoordinatorError{Address: addr, Reason: "the coordinator's join answer carries no session secret (a coordinator of another version?)"}
 	}
 	c.incarn = resp.Incarnation
 	for _, p := range resp.Processes {
@@ -307,12 +332,16 @@ func (c *Client) call(ctx context.Context, op string, f func(context.Context) er
 }
 
 // Put stores value under key. A key holds one value: putting another
-// value under it is a *KeyError matching ErrKeyExists.
+// value under it is a *KeyError matching ErrKeyExists; a put beyond the
+// coordinator's Limits is one matching ErrKeyLimit.
 func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 	return unwrapKey(c.call(ctx, "put", func(ctx context.Context) error {
 		_, err := c.rpc.Put(ctx, &clusterpb.PutRequest{Key: key, Value: value, Index: int32(c.Index())})
-		if status.Code(err) == codes.AlreadyExists {
+		switch status.Code(err) {
+		case codes.AlreadyExists:
 			return &keyStatus{key, ErrKeyExists, err}
+		case codes.ResourceExhausted, codes.InvalidArgument:
+			return &keyStatus{key, ErrKeyLimit, err}
 		}
 		return err
 	}))

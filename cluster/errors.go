@@ -15,8 +15,10 @@ var (
 	// ErrWorkerLost: a process's session ended without an orderly Leave, or
 	// its heartbeats stopped for longer than the cluster timeout.
 	ErrWorkerLost = errors.New("cluster: a process was lost")
-	// ErrWorkerRefused: a process presented values that contradict the
-	// others' (another process count or job, an index out of range or taken).
+	// ErrWorkerRefused: this process's join was refused: a wrong cluster
+	// token, another job id or process count, an index out of range or
+	// already taken. The refusal goes to the joining process alone; the job
+	// goes on (and reports the process missing if it never joins).
 	ErrWorkerRefused = errors.New("cluster: a process was refused")
 	// ErrCoordinatorLost: the coordinator (process 0's service) could not be
 	// reached within the cluster timeout, or its session ended.
@@ -27,6 +29,9 @@ var (
 	ErrKeyTimeout = errors.New("cluster: key not put in time")
 	// ErrKeyExists: Put of a key that already holds a different value.
 	ErrKeyExists = errors.New("cluster: key already holds another value")
+	// ErrKeyLimit: Put beyond the coordinator's limits (Limits: key or value
+	// size, keys or bytes per process).
+	ErrKeyLimit = errors.New("cluster: key-value store limit reached")
 	// ErrConfig: the bootstrap values are missing or contradict each other.
 	ErrConfig = errors.New("cluster: invalid bootstrap configuration")
 	// ErrClosed: the client or server was already shut down.

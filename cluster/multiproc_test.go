@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -39,6 +41,9 @@ type report struct {
 	Host  string    `json:"host,omitempty"`
 	Err   string    `json:"error,omitempty"`
 	At    time.Time `json:"at"`
+	// Secret is the worker's session secret ("joined" of role "attacked"
+	// only: the attack test plays a process whose secret was stolen).
+	Secret string `json:"secret,omitempty"`
 }
 
 // View is the global view a worker prints: the test checks that all agree.
@@ -68,9 +73,29 @@ func emitErr(index int, err error) int {
 	return 3
 }
 
+// maxKeysEnv sets Limits.MaxKeys in a worker (the attack test).
+const maxKeysEnv = "TB_CLUSTER_TEST_MAXKEYS"
+
 func workerMain(role string) int {
 	ctx := context.Background()
-	cfg, err := Bootstrap(ctx, Options{})
+	// As the CLI does: the token file named by the environment, read by the
+	// program and handed to the library.
+	var opts Options
+	if f := os.Getenv(EnvTokenFile); f != "" {
+		sec, err := LoadSecurity(f, "", "", "")
+		if err != nil {
+			return emitErr(-1, err)
+		}
+		opts.Security = sec
+	}
+	if v := os.Getenv(maxKeysEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return emitErr(-1, err)
+		}
+		opts.Limits.MaxKeys = n
+	}
+	cfg, err := Bootstrap(ctx, opts)
 	if err != nil {
 		return emitErr(-1, err)
 	}
@@ -83,8 +108,16 @@ func workerMain(role string) int {
 	// keeps the coordinator up long enough to tell the others why (after a
 	// Close, Abort does nothing).
 	defer c.Abort()
-	emit(report{Event: "joined", Index: idx})
+	joined := report{Event: "joined", Index: idx}
+	if role == "attacked" {
+		joined.Secret, _ = c.session.Load().(string)
+	}
+	emit(joined)
 	switch role {
+	case "attacked":
+		if err := attackedWorker(ctx, c, cfg.ProcessCount.Value); err != nil {
+			return emitErr(idx, err)
+		}
 	case "view":
 		if err := c.Barrier(ctx, "view"); err != nil {
 			return emitErr(idx, err)
@@ -155,6 +188,7 @@ func workerMain(role string) int {
 type worker struct {
 	index   int
 	cmd     *exec.Cmd
+	stdin   io.WriteCloser
 	reports chan report
 	done    chan error
 }
@@ -171,39 +205,53 @@ func startWorkers(t *testing.T, role string, n int, timeout, limit time.Duration
 		if skip[i] {
 			continue
 		}
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), roleEnv+"="+role)
-		for k, v := range gkeEnv(i, n, coord, timeout) {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		w := &worker{index: i, cmd: cmd, reports: make(chan report, 16), done: make(chan error, 1)}
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				var r report
-				if json.Unmarshal(sc.Bytes(), &r) == nil {
-					w.reports <- r
-				}
-			}
-			close(w.reports)
-			w.done <- cmd.Wait()
-		}()
-		ws = append(ws, w)
+		ws = append(ws, startWorker(t, ctx, role, i, n, coord, timeout, nil))
 	}
-	t.Cleanup(func() {
-		for _, w := range ws {
-			_ = w.cmd.Process.Kill()
-		}
-	})
 	return ws
+}
+
+// startWorker starts worker i of n, with the GKE-style environment, the
+// extra variables in env, and a pipe to its stdin; the test's cleanup
+// kills it.
+func startWorker(t *testing.T, ctx context.Context, role string, i, n int, coord string, timeout time.Duration, env map[string]string) *worker {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), roleEnv+"="+role)
+	for k, v := range gkeEnv(i, n, coord, timeout) {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w := &worker{index: i, cmd: cmd, stdin: in, reports: make(chan report, 16), done: make(chan error, 1)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var r report
+			if json.Unmarshal(sc.Bytes(), &r) == nil {
+				w.reports <- r
+			}
+		}
+		close(w.reports)
+		w.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = in.Close()
+		_ = cmd.Process.Kill()
+	})
+	return w
 }
 
 // next returns a worker's next report of the given event, failing the test

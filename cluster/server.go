@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tensorbridge/tensorbridge/cluster/clusterpb"
@@ -32,6 +33,9 @@ type Server struct {
 	heartbeat   time.Duration
 	incarnation uint64
 	start       time.Time
+	token       []byte
+	security    *Security
+	limits      Limits
 
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced on every state change
@@ -40,6 +44,9 @@ type Server struct {
 	left     []bool
 	session  []bool      // a session stream is open
 	lastBeat []time.Time // last heartbeat (or join) per process
+	secrets  []string    // session secret per joined process
+	kvKeys   []int       // keys put, per process
+	kvBytes  []int64     // key and value bytes put, per process
 	barriers map[string][]bool
 	passed   map[string]bool
 	kv       map[string][]byte
@@ -62,6 +69,11 @@ type ServerOptions struct {
 	// Timeout bounds joins, barriers and silences; Heartbeat is the
 	// interval processes are told to use (default HeartbeatInterval(Timeout)).
 	Timeout, Heartbeat time.Duration
+	// Security authenticates the calls (see Security); nil authenticates
+	// only the session secrets.
+	Security *Security
+	// Limits bound the key-value store and the waits clients ask for.
+	Limits Limits
 }
 
 // NewServer returns a coordination service for opts.Processes processes;
@@ -76,21 +88,32 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = HeartbeatInterval(opts.Timeout)
 	}
+	if err := opts.Security.check(); err != nil {
+		return nil, err
+	}
 	n := opts.Processes
-	return &Server{
+	s := &Server{
 		n: n, job: opts.Job, timeout: opts.Timeout, heartbeat: opts.Heartbeat,
+		security: opts.Security, limits: opts.Limits.withDefaults(opts.Timeout),
 		incarnation: rand.Uint64() | 1,
 		changed:     make(chan struct{}),
 		procs:       make([]*clusterpb.Process, n),
 		left:        make([]bool, n),
 		session:     make([]bool, n),
 		lastBeat:    make([]time.Time, n),
+		secrets:     make([]string, n),
+		kvKeys:      make([]int, n),
+		kvBytes:     make([]int64, n),
 		barriers:    map[string][]bool{},
 		passed:      map[string]bool{},
 		kv:          map[string][]byte{},
 		failed:      make(chan struct{}),
 		stop:        make(chan struct{}),
-	}, nil
+	}
+	if opts.Security != nil {
+		s.token = opts.Security.Token
+	}
+	return s, nil
 }
 
 // ListenAddress is where process 0 listens for a coordinator address:
@@ -108,11 +131,31 @@ func ListenAddress(coordinator string) (string, error) {
 	return net.JoinHostPort("", port), nil
 }
 
+// serveAddress is where process 0 listens: ListenAddress of the
+// coordinator address, on the IP bind alone when bind is set (the pod's
+// IP in the Kubernetes manifests, so that the service is not offered on
+// every interface).
+func serveAddress(coordinator, bind string) (string, error) {
+	listen, err := ListenAddress(coordinator)
+	if err != nil || bind == "" {
+		return listen, err
+	}
+	_, port, _ := net.SplitHostPort(listen)
+	return net.JoinHostPort(bind, port), nil
+}
+
 // Serve starts serving on lis in the background; Shutdown or Stop end it.
 func (s *Server) Serve(lis net.Listener) {
 	s.lis = lis
 	s.start = time.Now()
-	s.grpc = grpc.NewServer()
+	s.grpc = grpc.NewServer(
+		serverCreds(s.security),
+		grpc.UnaryInterceptor(s.authUnary),
+		grpc.StreamInterceptor(s.authStream),
+		// A put is the largest message: its key and value plus framing.
+		grpc.MaxRecvMsgSize(s.limits.MaxValueBytes+s.limits.MaxKeyBytes+1024),
+		grpc.ConnectionTimeout(min(s.timeout, 20*time.Second)),
+	)
 	clusterpb.RegisterCoordinationServer(s.grpc, s)
 	s.wg.Add(2)
 	go func() {
@@ -306,11 +349,12 @@ func (s *Server) Join(ctx context.Context, req *clusterpb.JoinRequest) (*cluster
 		return nil, status.Error(codes.InvalidArgument, "join without a process")
 	}
 	s.mu.Lock()
-	refuse := func(reason string) (*clusterpb.JoinResponse, error) {
-		s.failLocked(&clusterpb.Failure{Kind: clusterpb.Failure_REFUSED, Index: p.Index, Host: p.Host, Reason: reason})
-		err := s.failedStatus()
+	// A join that does not fit the job is refused to its caller alone: the
+	// job goes on, and a legitimate process that never joins is reported
+	// missing when the join timeout passes.
+	refuse := func(code codes.Code, format string, a ...any) (*clusterpb.JoinResponse, error) {
 		s.mu.Unlock()
-		return nil, err
+		return nil, status.Errorf(code, "join refused: "+format, a...)
 	}
 	switch {
 	case s.failure != nil:
@@ -318,15 +362,19 @@ func (s *Server) Join(ctx context.Context, req *clusterpb.JoinRequest) (*cluster
 		s.mu.Unlock()
 		return nil, err
 	case req.Job != s.job:
-		return refuse(fmt.Sprintf("job %q, the coordinator's is %q", req.Job, s.job))
+		return refuse(codes.PermissionDenied, "job %.64q, the coordinator's is another", req.Job)
 	case int(req.ProcessCount) != s.n:
-		return refuse(fmt.Sprintf("expects %d processes, the coordinator %d", req.ProcessCount, s.n))
+		return refuse(codes.InvalidArgument, "expects %d processes, the coordinator %d", req.ProcessCount, s.n)
 	case p.Index < 0 || int(p.Index) >= s.n:
-		return refuse(fmt.Sprintf("index outside 0..%d", s.n-1))
+		return refuse(codes.InvalidArgument, "index %d outside 0..%d", p.Index, s.n-1)
 	case s.procs[p.Index] != nil:
-		return refuse(fmt.Sprintf("index already taken by %s (pid %d)", s.procs[p.Index].Host, s.procs[p.Index].Pid))
+		return refuse(codes.AlreadyExists, "index %d already taken by %s (pid %d)", p.Index, s.procs[p.Index].Host, s.procs[p.Index].Pid)
+	case len(p.Host) > 255 || len(p.DeviceKind) > 255:
+		return refuse(codes.InvalidArgument, "host or device kind longer than 255 bytes")
 	}
+	secret := newSessionSecret()
 	s.procs[p.Index] = p
+	s.secrets[p.Index] = secret
 	s.lastBeat[p.Index] = time.Now()
 	s.joined++
 	if s.joined == s.n { // silences are counted from here: early joiners wait in Join, not in a session
@@ -349,6 +397,9 @@ func (s *Server) Join(ctx context.Context, req *clusterpb.JoinRequest) (*cluster
 	case !ok:
 		return nil, status.Error(codes.Internal, "join ended early")
 	}
+	if err := grpc.SetHeader(ctx, metadata.Pairs(sessionKey, secret)); err != nil {
+		return nil, status.Errorf(codes.Internal, "sending the session secret: %v", err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return &clusterpb.JoinResponse{
@@ -364,7 +415,7 @@ func (s *Server) Session(stream clusterpb.Coordination_SessionServer) error {
 		return err
 	}
 	idx := first.Index
-	if err := s.checkIndex(idx); err != nil {
+	if err := s.checkSession(stream.Context(), idx); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -449,7 +500,16 @@ func (s *Server) sessionEnded(idx int32, err error) {
 }
 
 // Put implements the Coordination service.
-func (s *Server) Put(_ context.Context, req *clusterpb.PutRequest) (*clusterpb.PutResponse, error) {
+func (s *Server) Put(ctx context.Context, req *clusterpb.PutRequest) (*clusterpb.PutResponse, error) {
+	if err := s.checkSession(ctx, req.Index); err != nil {
+		return nil, err
+	}
+	if err := s.checkKey(req.Key); err != nil {
+		return nil, err
+	}
+	if len(req.Value) > s.limits.MaxValueBytes {
+		return nil, status.Errorf(codes.ResourceExhausted, "value of %d bytes for key %.64q: the limit is %d", len(req.Value), req.Key, s.limits.MaxValueBytes)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failure != nil {
@@ -461,17 +521,27 @@ func (s *Server) Put(_ context.Context, req *clusterpb.PutRequest) (*clusterpb.P
 		}
 		return &clusterpb.PutResponse{}, nil
 	}
+	size := int64(len(req.Key) + len(req.Value))
+	if s.kvKeys[req.Index] >= s.limits.MaxKeys || s.kvBytes[req.Index]+size > s.limits.MaxBytes {
+		return nil, status.Errorf(codes.ResourceExhausted, "process %d has put %d keys (%d bytes): the limits are %d keys and %d bytes per process",
+			req.Index, s.kvKeys[req.Index], s.kvBytes[req.Index], s.limits.MaxKeys, s.limits.MaxBytes)
+	}
 	s.kv[req.Key] = append([]byte(nil), req.Value...)
+	s.kvKeys[req.Index]++
+	s.kvBytes[req.Index] += size
 	s.notifyLocked()
 	return &clusterpb.PutResponse{}, nil
 }
 
 // Get implements the Coordination service.
 func (s *Server) Get(ctx context.Context, req *clusterpb.GetRequest) (*clusterpb.GetResponse, error) {
-	timeout := time.Duration(req.TimeoutMs) * time.Millisecond
-	if timeout <= 0 {
-		timeout = s.timeout
+	if err := s.checkSession(ctx, req.Index); err != nil {
+		return nil, err
 	}
+	if err := s.checkKey(req.Key); err != nil {
+		return nil, err
+	}
+	timeout := s.capWait(req.TimeoutMs)
 	var v []byte
 	ok, failed, err := s.wait(ctx, time.Now().Add(timeout), func() bool {
 		var found bool
@@ -492,7 +562,13 @@ func (s *Server) Get(ctx context.Context, req *clusterpb.GetRequest) (*clusterpb
 }
 
 // TryGet implements the Coordination service.
-func (s *Server) TryGet(_ context.Context, req *clusterpb.TryGetRequest) (*clusterpb.GetResponse, error) {
+func (s *Server) TryGet(ctx context.Context, req *clusterpb.TryGetRequest) (*clusterpb.GetResponse, error) {
+	if err := s.checkSession(ctx, req.Index); err != nil {
+		return nil, err
+	}
+	if err := s.checkKey(req.Key); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failure != nil {
@@ -507,13 +583,13 @@ func (s *Server) TryGet(_ context.Context, req *clusterpb.TryGetRequest) (*clust
 
 // Barrier implements the Coordination service.
 func (s *Server) Barrier(ctx context.Context, req *clusterpb.BarrierRequest) (*clusterpb.BarrierResponse, error) {
-	if err := s.checkIndex(req.Index); err != nil {
+	if err := s.checkSession(ctx, req.Index); err != nil {
 		return nil, err
 	}
-	timeout := time.Duration(req.TimeoutMs) * time.Millisecond
-	if timeout <= 0 {
-		timeout = s.timeout
+	if len(req.Name) > s.limits.MaxKeyBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "barrier name of %d bytes: the limit is %d", len(req.Name), s.limits.MaxKeyBytes)
 	}
+	timeout := s.capWait(req.TimeoutMs)
 	s.mu.Lock()
 	if s.failure != nil {
 		defer s.mu.Unlock()
@@ -567,8 +643,8 @@ func (s *Server) Barrier(ctx context.Context, req *clusterpb.BarrierRequest) (*c
 }
 
 // Leave implements the Coordination service.
-func (s *Server) Leave(_ context.Context, req *clusterpb.LeaveRequest) (*clusterpb.LeaveResponse, error) {
-	if err := s.checkIndex(req.Index); err != nil {
+func (s *Server) Leave(ctx context.Context, req *clusterpb.LeaveRequest) (*clusterpb.LeaveResponse, error) {
+	if err := s.checkSession(ctx, req.Index); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -576,6 +652,14 @@ func (s *Server) Leave(_ context.Context, req *clusterpb.LeaveRequest) (*cluster
 	s.left[req.Index] = true
 	s.notifyLocked()
 	return &clusterpb.LeaveResponse{}, nil
+}
+
+// checkKey bounds a key's size.
+func (s *Server) checkKey(k string) error {
+	if len(k) > s.limits.MaxKeyBytes {
+		return status.Errorf(codes.InvalidArgument, "key of %d bytes: the limit is %d", len(k), s.limits.MaxKeyBytes)
+	}
+	return nil
 }
 
 // failureError turns the wire's Failure into a *WorkerError.

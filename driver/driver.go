@@ -36,6 +36,7 @@ import (
 	"sync"
 
 	"github.com/tensorbridge/tensorbridge/cache"
+	"github.com/tensorbridge/tensorbridge/cluster"
 	"github.com/tensorbridge/tensorbridge/device"
 	"github.com/tensorbridge/tensorbridge/ir"
 )
@@ -75,6 +76,12 @@ type Options struct {
 	// it to the backend, which joins only when its environment names a job
 	// of more than one process.
 	Cluster *Cluster
+	// ClusterSecurity authenticates this process to the job's coordination
+	// service (its shared token, optionally mutual TLS), whether the job
+	// comes from Cluster or from the environment. The caller reads it (the
+	// CLI: --cluster-token-file or $TENSORBRIDGE_CLUSTER_TOKEN_FILE); nil
+	// joins without a token.
+	ClusterSecurity *cluster.Security
 }
 
 // Backend is an opened backend. Backends must be safe for concurrent use by

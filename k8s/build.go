@@ -85,6 +85,36 @@ type Options struct {
 	GPUType string
 	// Replicas of a Deployment (default 1).
 	Replicas int
+	// TokenSecret names the Kubernetes Secret holding the job's cluster
+	// token under the key "token" (JobSet only; default "<Name>-cluster-token").
+	// It is mounted read-only and TENSORBRIDGE_CLUSTER_TOKEN_FILE points at
+	// it; create it before applying the JobSet:
+	//   kubectl create secret generic NAME-cluster-token --from-literal=token="$(openssl rand -hex 32)"
+	TokenSecret string
+	// MaxRestarts is the JobSet's failurePolicy.maxRestarts: how many times
+	// the whole JobSet is recreated after a worker fails (0: never; the CLI's
+	// default is 3).
+	MaxRestarts int
+	// HostNetwork puts a JobSet's pods on their nodes' network (for
+	// multislice jobs whose cross-slice traffic needs it). Off by default:
+	// the pods talk over the pod network, and the coordinator listens on
+	// the pod's IP only.
+	HostNetwork bool
+}
+
+// The cluster token's mount in a JobSet's pods.
+const (
+	TokenVolume    = "cluster-token"
+	TokenMountPath = "/var/run/secrets/tensorbridge/cluster"
+	TokenKey       = "token"
+)
+
+// GKEGPUTypes are the values of GKE's cloud.google.com/gke-accelerator node
+// label for NVIDIA GPUs (https://cloud.google.com/kubernetes-engine/docs/how-to/gpus).
+var GKEGPUTypes = []string{
+	"nvidia-gb200", "nvidia-b200", "nvidia-h200-141gb", "nvidia-h100-mega-80gb", "nvidia-h100-80gb",
+	"nvidia-a100-80gb", "nvidia-tesla-a100", "nvidia-l4", "nvidia-tesla-t4", "nvidia-tesla-v100",
+	"nvidia-tesla-p100", "nvidia-tesla-p4",
 }
 
 // TPUSlice is a slice as GKE schedules it.
@@ -115,7 +145,10 @@ func ResolveSlice(s string) (TPUSlice, error) {
 	return TPUSlice{Slice: sl, Accelerator: acc.TPU.GKEAccelerators[0].Value, Topology: sl.Topology.String()}, nil
 }
 
-var dns1035 = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
+var (
+	dns1035 = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
+	dns1123 = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+)
 
 func (o *Options) check() error {
 	if !dns1035.MatchString(o.Name) || len(o.Name) > 40 {
@@ -218,11 +251,14 @@ func quantity(n int) resource.Quantity { return *resource.NewQuantity(int64(n), 
 
 // JobSetFor builds the JobSet for opts: one replicated job "slice" with one
 // Job per slice, parallelism = completions = hosts per slice, each pod on a
-// node of the slice's GKE TPU node pool with all of its chips, host
-// networking and DNS host names, so that GKE's TPU_WORKER_HOSTNAMES resolve
-// and worker 0 serves the coordinator. Several slices get the
-// exclusive-topology annotation (one slice per node pool) and the
-// MEGASCALE_* variables.
+// node of the slice's GKE TPU node pool with all of its chips and a DNS
+// host name, so that GKE's TPU_WORKER_HOSTNAMES resolve and worker 0 serves
+// the coordinator, on its pod IP only (TENSORBRIDGE_COORDINATOR_BIND from
+// status.podIP). Every pod mounts the cluster token Secret read-only and
+// TENSORBRIDGE_CLUSTER_TOKEN_FILE names it. failurePolicy.maxRestarts is
+// opts.MaxRestarts. Several slices get the exclusive-topology annotation
+// (one slice per node pool) and the MEGASCALE_* variables. Host networking
+// only with opts.HostNetwork.
 func JobSetFor(o Options) (*JobSet, error) {
 	if err := o.check(); err != nil {
 		return nil, err
@@ -237,8 +273,23 @@ func JobSetFor(o Options) (*JobSet, error) {
 	if o.Slices < 1 {
 		return nil, &InvalidError{Option: "--slices", Value: strconv.Itoa(o.Slices), Reason: "want at least 1"}
 	}
+	if o.MaxRestarts < 0 {
+		return nil, &InvalidError{Option: "--max-restarts", Value: strconv.Itoa(o.MaxRestarts), Reason: "want 0 or more"}
+	}
+	secret := o.TokenSecret
+	if secret == "" {
+		secret = o.Name + "-cluster-token"
+	}
+	if !dns1123.MatchString(secret) || len(secret) > 253 {
+		return nil, &InvalidError{Option: "--token-secret", Value: secret, Reason: "want a Secret name (lower-case DNS subdomain)"}
+	}
 	const rjob = "slice"
-	env := []corev1.EnvVar{{Name: cluster.EnvJob, Value: o.Name}}
+	env := []corev1.EnvVar{
+		{Name: cluster.EnvJob, Value: o.Name},
+		{Name: cluster.EnvTokenFile, Value: TokenMountPath + "/" + TokenKey},
+		// Process 0 serves the coordinator on its pod's IP only.
+		{Name: cluster.EnvBind, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+	}
 	if o.Timeout != "" {
 		env = append(env, corev1.EnvVar{Name: cluster.EnvTimeout, Value: o.Timeout})
 	}
@@ -252,15 +303,22 @@ func JobSetFor(o Options) (*JobSet, error) {
 		)
 	}
 	hosts := int32(sl.Hosts)
+	c := container(&o, corev1.ResourceList{ResourceTPU: quantity(sl.ChipsPerHost)}, env, true)
+	c.VolumeMounts = []corev1.VolumeMount{{Name: TokenVolume, MountPath: TokenMountPath, ReadOnly: true}}
 	pod := corev1.PodTemplateSpec{
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyNever,
-			HostNetwork:                   true,
-			DNSPolicy:                     corev1.DNSClusterFirstWithHostNet,
 			NodeSelector:                  map[string]string{LabelTPUAccelerator: sl.Accelerator, LabelTPUTopology: sl.Topology},
 			TerminationGracePeriodSeconds: ptr(int64(30)),
-			Containers:                    []corev1.Container{container(&o, corev1.ResourceList{ResourceTPU: quantity(sl.ChipsPerHost)}, env, true)},
+			Containers:                    []corev1.Container{c},
+			Volumes: []corev1.Volume{{Name: TokenVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+				SecretName: secret, DefaultMode: ptr(int32(0o400)), Items: []corev1.KeyToPath{{Key: TokenKey, Path: TokenKey}},
+			}}}},
 		},
+	}
+	if o.HostNetwork {
+		pod.Spec.HostNetwork = true
+		pod.Spec.DNSPolicy = corev1.DNSClusterFirstWithHostNet
 	}
 	js := &JobSet{
 		TypeMeta:   metav1.TypeMeta{APIVersion: JobSetAPIVersion, Kind: JobSetKind},
@@ -279,7 +337,10 @@ func JobSetFor(o Options) (*JobSet, error) {
 			}},
 			Network:       &Network{EnableDNSHostnames: ptr(true), PublishNotReadyAddresses: ptr(true)},
 			SuccessPolicy: &SuccessPolicy{Operator: OperatorAll, TargetReplicatedJobs: []string{rjob}},
-			// No FailurePolicy: a failed worker fails the JobSet (maxRestarts 0).
+			// A failed worker fails its Job (backoffLimit 0), and the JobSet
+			// is recreated whole, at most MaxRestarts times: a job of many
+			// processes cannot go on without one of them.
+			FailurePolicy: &FailurePolicy{MaxRestarts: int32(o.MaxRestarts)},
 		},
 	}
 	return js, nil
@@ -298,9 +359,15 @@ func DeploymentFor(o Options) (*appsv1.Deployment, error) {
 	if o.Replicas < 1 {
 		return nil, &InvalidError{Option: "--replicas", Value: strconv.Itoa(o.Replicas), Reason: "want at least 1"}
 	}
+	// Serving replicas stay on the pod network (HostNetwork false): their
+	// listeners are reached through a Service, never on the node's address.
 	spec := corev1.PodSpec{RestartPolicy: corev1.RestartPolicyAlways, TerminationGracePeriodSeconds: ptr(int64(30))}
 	var limits corev1.ResourceList
 	switch {
+	case o.GPUs < 0:
+		return nil, &InvalidError{Option: "--gpus", Value: strconv.Itoa(o.GPUs), Reason: "want 0 or more"}
+	case o.GPUType != "" && o.GPUs == 0:
+		return nil, &InvalidError{Option: "--gpu-type", Value: o.GPUType, Reason: "give --gpus N with it"}
 	case o.Slice != "" && o.GPUs > 0:
 		return nil, &InvalidError{Option: "--gpus", Value: strconv.Itoa(o.GPUs), Reason: "give either --slice or --gpus"}
 	case o.Slice != "":
@@ -315,6 +382,9 @@ func DeploymentFor(o Options) (*appsv1.Deployment, error) {
 		limits = corev1.ResourceList{ResourceTPU: quantity(sl.ChipsPerHost)}
 	case o.GPUs > 0:
 		limits = corev1.ResourceList{ResourceGPU: quantity(o.GPUs)}
+		if o.GPUType != "" && !slices.Contains(GKEGPUTypes, o.GPUType) {
+			return nil, &InvalidError{Option: "--gpu-type", Value: o.GPUType, Reason: "not a GKE GPU type; known: " + strings.Join(GKEGPUTypes, ", ")}
+		}
 		if o.GPUType != "" {
 			spec.NodeSelector = map[string]string{LabelGPUAccelerator: o.GPUType}
 		}

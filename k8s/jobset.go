@@ -85,5 +85,5 @@ type SuccessPolicy struct {
 
 // FailurePolicy says how often the JobSet is restarted after a job fails.
 type FailurePolicy struct {
-	MaxRestarts int32 `json:"maxRestarts,omitempty"`
+	MaxRestarts int32 `json:"maxRestarts"`
 }

@@ -12,7 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/tensorbridge/tensorbridge/cluster"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata")
@@ -24,14 +27,14 @@ var goldenCases = []struct {
 	build func() (any, error)
 }{
 	{"jobset-v5e-16-doctor.yaml", func() (any, error) {
-		return JobSetFor(Options{Name: "tb-doctor", Image: "ghcr.io/example/tensorbridge:v0", Slice: "v5e-16", Args: []string{"doctor", "--cluster", "--json"}})
+		return JobSetFor(Options{Name: "tb-doctor", Image: "ghcr.io/example/tensorbridge:v0", Slice: "v5e-16", MaxRestarts: 3, Args: []string{"doctor", "--cluster", "--json"}})
 	}},
 	{"jobset-v5e-16-x2-serve.yaml", func() (any, error) {
-		return JobSetFor(Options{Name: "llm", Namespace: "ml", Image: "ghcr.io/example/tensorbridge:v0", Slice: "v5e-16", Slices: 2, Timeout: "120s",
+		return JobSetFor(Options{Name: "llm", Namespace: "ml", Image: "ghcr.io/example/tensorbridge:v0", Slice: "v5e-16", Slices: 2, Timeout: "120s", MaxRestarts: 3,
 			Args: []string{"serve", "/models/llama.onnx"}})
 	}},
 	{"jobset-v5p-16.yaml", func() (any, error) {
-		return JobSetFor(Options{Name: "train", Image: "img:1", Slice: "v5p-16", Args: []string{"doctor", "--cluster"}})
+		return JobSetFor(Options{Name: "train", Image: "img:1", Slice: "v5p-16", MaxRestarts: 5, HostNetwork: true, TokenSecret: "train-token", Args: []string{"doctor", "--cluster"}})
 	}},
 	{"deployment-v5e-4-serve.yaml", func() (any, error) {
 		return DeploymentFor(Options{Name: "bert", Image: "img:1", Slice: "v5e-4", Replicas: 3, Args: []string{"serve", "/models/bert.onnx"}})
@@ -265,8 +268,8 @@ func TestJobSetSliceFacts(t *testing.T) {
 		if q.Value() != int64(c.chips) {
 			t.Errorf("%s: google.com/tpu %v, want %d", c.slice, q.String(), c.chips)
 		}
-		if !pod.HostNetwork || pod.DNSPolicy != "ClusterFirstWithHostNet" || *js.Spec.Network.EnableDNSHostnames != true {
-			t.Errorf("%s: host network / DNS not set", c.slice)
+		if pod.HostNetwork || *js.Spec.Network.EnableDNSHostnames != true {
+			t.Errorf("%s: on the host network, or DNS host names not set", c.slice)
 		}
 		if len(js.Annotations) != 0 {
 			t.Errorf("%s: one slice has annotations %v", c.slice, js.Annotations)
@@ -295,6 +298,11 @@ func TestBadRequests(t *testing.T) {
 		{"unknown slice", func(o *Options) { o.Slice = "v9-8" }, false, "--slice"},
 		{"bad size", func(o *Options) { o.Slice = "v5e-3" }, false, "--slice"},
 		{"negative slices", func(o *Options) { o.Slices = -1 }, false, "--slices"},
+		{"negative max restarts", func(o *Options) { o.MaxRestarts = -1 }, false, "--max-restarts"},
+		{"bad token secret name", func(o *Options) { o.TokenSecret = "Not_A_Secret" }, false, "--token-secret"},
+		{"unknown GPU type", func(o *Options) { o.Slice = ""; o.GPUs = 1; o.GPUType = "nvidia-bogus" }, true, "--gpu-type"},
+		{"GPU type without GPUs", func(o *Options) { o.Slice = ""; o.GPUType = "nvidia-l4" }, true, "--gpu-type"},
+		{"negative GPUs", func(o *Options) { o.Slice = ""; o.GPUs = -1 }, true, "--gpus"},
 		{"multi-host deployment", func(o *Options) {}, true, "--slice"},
 		{"slice and gpus", func(o *Options) { o.Slice = "v5e-4"; o.GPUs = 1 }, true, "--gpus"},
 		{"nothing to run on", func(o *Options) { o.Slice = "" }, true, "--slice"},
@@ -337,6 +345,64 @@ func TestValidatorCatches(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("validator missed %q: %v", w, errs)
+		}
+	}
+}
+
+// TestJobSetSecurity: every JobSet mounts the cluster token Secret
+// read-only where TENSORBRIDGE_CLUSTER_TOKEN_FILE points, binds the
+// coordinator to the pod IP (downward API), restarts at most MaxRestarts
+// times, and stays off the host network unless asked; a Deployment is never
+// on the host network.
+func TestJobSetSecurity(t *testing.T) {
+	for _, c := range []struct {
+		o          Options
+		secret     string
+		hostNet    bool
+		maxRestart int32
+	}{
+		{Options{Name: "llm", Image: "i", Slice: "v5e-16", Args: []string{"serve", "m.onnx"}}, "llm-cluster-token", false, 0},
+		{Options{Name: "llm", Image: "i", Slice: "v5e-16", Slices: 2, TokenSecret: "shared", MaxRestarts: 4, HostNetwork: true, Args: []string{"doctor"}}, "shared", true, 4},
+	} {
+		js, err := JobSetFor(c.o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec
+		ctr := pod.Containers[0]
+		env := map[string]corev1.EnvVar{}
+		for _, e := range ctr.Env {
+			env[e.Name] = e
+		}
+		if len(pod.Volumes) != 1 || pod.Volumes[0].Secret == nil || pod.Volumes[0].Secret.SecretName != c.secret || *pod.Volumes[0].Secret.DefaultMode != 0o400 {
+			t.Errorf("%+v: volumes %+v, want Secret %s mode 0400", c.o, pod.Volumes, c.secret)
+		}
+		if len(ctr.VolumeMounts) != 1 || !ctr.VolumeMounts[0].ReadOnly || ctr.VolumeMounts[0].Name != pod.Volumes[0].Name {
+			t.Errorf("%+v: mounts %+v, want the token volume read-only", c.o, ctr.VolumeMounts)
+		}
+		if got := env[cluster.EnvTokenFile].Value; got != ctr.VolumeMounts[0].MountPath+"/"+pod.Volumes[0].Secret.Items[0].Path {
+			t.Errorf("%+v: %s=%q does not name the mounted token", c.o, cluster.EnvTokenFile, got)
+		}
+		if f := env[cluster.EnvBind].ValueFrom; f == nil || f.FieldRef == nil || f.FieldRef.FieldPath != "status.podIP" {
+			t.Errorf("%+v: %s not from status.podIP: %+v", c.o, cluster.EnvBind, env[cluster.EnvBind])
+		}
+		if js.Spec.FailurePolicy == nil || js.Spec.FailurePolicy.MaxRestarts != c.maxRestart {
+			t.Errorf("%+v: failure policy %+v, want maxRestarts %d", c.o, js.Spec.FailurePolicy, c.maxRestart)
+		}
+		if pod.HostNetwork != c.hostNet || (c.hostNet && pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet) {
+			t.Errorf("%+v: hostNetwork %v dnsPolicy %q", c.o, pod.HostNetwork, pod.DNSPolicy)
+		}
+	}
+	for _, o := range []Options{
+		{Name: "b", Image: "i", Slice: "v5e-4", Args: []string{"serve", "m"}},
+		{Name: "b", Image: "i", GPUs: 1, GPUType: "nvidia-l4", Args: []string{"serve", "m"}},
+	} {
+		d, err := DeploymentFor(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Spec.Template.Spec.HostNetwork {
+			t.Errorf("%+v: serving Deployment on the host network", o)
 		}
 	}
 }

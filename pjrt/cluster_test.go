@@ -51,7 +51,16 @@ func clusterWorker(role string) int {
 	}
 	ctx := context.Background()
 	d := &Driver{Kind: Kinds[0]}
-	b, err := d.Open(ctx, &driver.Options{Config: "devices=2", MemoryFraction: 0.9})
+	opts := &driver.Options{Config: "devices=2", MemoryFraction: 0.9}
+	if f := os.Getenv(cluster.EnvTokenFile); f != "" { // as the CLI reads it
+		sec, err := cluster.LoadSecurity(f, "", "", "")
+		if err != nil {
+			rep.Err = "token: " + err.Error()
+			return out()
+		}
+		opts.ClusterSecurity = sec
+	}
+	b, err := d.Open(ctx, opts)
 	if err != nil {
 		rep.Err = "open: " + err.Error()
 		return out()
@@ -203,6 +212,40 @@ func TestClusterOpenJoinsJob(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Open passes driver.Options.ClusterSecurity to the job: processes with the
+// job's token join; one with another token is refused, and the other then
+// reports it missing. (Injected fault: pjrt.Open not copying
+// opts.ClusterSecurity into the job's config; the coordinator then runs
+// without a token and the wrong-token process joins.)
+func TestClusterOpenWithToken(t *testing.T) {
+	dir := t.TempDir()
+	tokens := map[string]string{"good": "the-job-token", "bad": "another-token"}
+	for name, tok := range tokens {
+		if err := os.WriteFile(dir+"/"+name, []byte(tok), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reps := startJob(t, "open", 2, func(int) []string { return []string{cluster.EnvTokenFile + "=" + dir + "/good"} })
+	for i, r := range reps {
+		if r.Err != "" {
+			t.Fatalf("process %d with the token: %s", i, r.Err)
+		}
+	}
+	reps = startJob(t, "open", 2, func(i int) []string {
+		f := dir + "/good"
+		if i == 1 {
+			f = dir + "/bad"
+		}
+		return []string{cluster.EnvTokenFile + "=" + f, cluster.EnvTimeout + "=2s"}
+	})
+	if !strings.Contains(reps[1].Err, "refused") || !strings.Contains(reps[1].Err, "wrong cluster token") {
+		t.Errorf("process 1 with another token: %q, want refused for a wrong token", reps[1].Err)
+	}
+	if !strings.Contains(reps[0].Err, "process 1") || !strings.Contains(reps[0].Err, "missing") {
+		t.Errorf("process 0: %q, want process 1 missing", reps[0].Err)
 	}
 }
 

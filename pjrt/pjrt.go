@@ -56,9 +56,11 @@
 //	             off never
 //	async=true|false, depthwise=sum|conv, xla.OPTION=VALUE  (xla-cpu; above)
 //
-// XLA plugins log informational lines to stderr; unless
-// TF_CPP_MIN_LOG_LEVEL is set, Open sets it to 2 (warnings and errors)
-// before the first plugin loads.
+// XLA plugins log informational lines to stderr unless
+// TF_CPP_MIN_LOG_LEVEL=2 (warnings and errors) is in the environment when
+// the first plugin loads. This package never sets it (library code does not
+// change the process environment while plugins may run): the tensorbridge
+// CLI sets it at start; a program of its own sets it before Open.
 //
 // # Errors
 //
@@ -352,6 +354,9 @@ func (d *Driver) Open(ctx context.Context, opts *driver.Options) (driver.Backend
 	if err != nil {
 		return nil, &errs.Error{Kind: errs.InvalidArgument, Backend: name, Op: "open", Err: fmt.Errorf("multi-process job: %w", err)}
 	}
+	if jobCfg != nil {
+		jobCfg.Security = opts.ClusterSecurity
+	}
 	if len(d.Kind.Nodes) > 0 && len(d.deviceNodes()) == 0 {
 		return nil, &errs.UnavailableError{Name: name, Reason: fmt.Sprintf("no %s device (no %s)", d.Kind.Platform, strings.Join(d.Kind.Nodes, " or "))}
 	}
@@ -366,7 +371,6 @@ func (d *Driver) Open(ctx context.Context, opts *driver.Options) (driver.Backend
 		}
 		return nil, &errs.UnavailableError{Name: name, Reason: reason, Err: err}
 	}
-	quietPluginLogs()
 	plugin, err := capi.Load(path)
 	if err != nil {
 		return nil, &errs.UnavailableError{Name: name, Reason: "loading PJRT plugin " + path + " failed", Err: err}
@@ -454,21 +458,6 @@ func (d *Driver) Open(ctx context.Context, opts *driver.Options) (driver.Backend
 	}
 	return b, nil
 }
-
-// quietPluginLogs sets TF_CPP_MIN_LOG_LEVEL=2 (warnings and errors only)
-// when it is unset, before the first plugin is loaded: XLA plugins
-// otherwise log informational lines to stderr, which would mix with a
-// tool's output. Set the variable yourself to see them.
-func quietPluginLogs() {
-	const v = "TF_CPP_MIN_LOG_LEVEL"
-	logOnce.Do(func() {
-		if _, ok := os.LookupEnv(v); !ok {
-			_ = os.Setenv(v, "2")
-		}
-	})
-}
-
-var logOnce sync.Once
 
 // Backend is an open pjrt backend.
 type Backend struct {

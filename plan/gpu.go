@@ -79,9 +79,6 @@ var (
 
 func cudaPJRT() (*capi.Plugin, error) {
 	cudaOnce.Do(func() {
-		if dir := cudaDir(); dir != "" && !strings.Contains(os.Getenv("XLA_FLAGS"), "xla_gpu_cuda_data_dir") {
-			_ = os.Setenv("XLA_FLAGS", strings.TrimSpace(os.Getenv("XLA_FLAGS")+" --xla_gpu_cuda_data_dir="+dir))
-		}
 		path, err := capi.FindPlugin("cuda")
 		if err != nil {
 			cudaErr = fmt.Errorf("plan: the CUDA PJRT plugin is not installed (tensorbridge plugins install cuda): %v", err)

@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -126,20 +125,10 @@ var (
 	tpuErr    error
 )
 
-// libTPU loads libtpu once per process, with TPU_SKIP_MDS_QUERY=1 unless
-// set: without it libtpu spends minutes reaching for a metadata server
-// that a machine outside Google Cloud does not have (docs/pjrt-findings.md).
+// libTPU loads libtpu once per process; Run has checked its environment
+// (env.go).
 func libTPU() (*capi.Plugin, error) {
 	tpuOnce.Do(func() {
-		if _, ok := os.LookupEnv("TPU_SKIP_MDS_QUERY"); !ok {
-			_ = os.Setenv("TPU_SKIP_MDS_QUERY", "1")
-		}
-		// libtpu takes /tmp/libtpu_lockfile so that one process owns the
-		// TPUs; planning opens no TPU (no client, only topologies), so it
-		// may run beside a process that does, and beside other plans.
-		if _, ok := os.LookupEnv("ALLOW_MULTIPLE_LIBTPU_LOAD"); !ok {
-			_ = os.Setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-		}
 		path, err := capi.FindPlugin("tpu")
 		if err != nil {
 			tpuErr = fmt.Errorf("%w: %v", ErrNoLibTPU, err)
@@ -275,6 +264,9 @@ func strategyName(m shard.Mesh) string {
 // strategy and returns the cheapest that fits (or, when none fits, the one
 // that comes closest), with why each other lost.
 func Run(ctx context.Context, m *onnx.Model, o Options) (*Report, error) {
+	if err := checkEnv(o.Slice); err != nil {
+		return nil, err
+	}
 	var sl catalog.Slice
 	var acc catalog.Accelerator
 	var top *topology
@@ -468,7 +460,8 @@ func planOne(ctx context.Context, m *onnx.Model, spec onnx.SpecializeOptions, sh
 				break
 			}
 		}
-		if mm != nil || strings.Contains(msg, "RESOURCE_EXHAUSTED") || strings.Contains(msg, "HbmOom") {
+		// The plugin's typed code decides; the message only gives the figures.
+		if errors.Is(err, capi.ErrResourceExhausted) {
 			r.Fits = false
 			r.Notes = append(r.Notes, "libtpu refused the program at compile time for lack of HBM; memory and cost figures other than the need it reported are unknown")
 			if mm != nil {

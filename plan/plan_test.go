@@ -3,6 +3,7 @@ package plan
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"os"
@@ -18,7 +19,8 @@ import (
 
 // libtpu runs in a child process (the test binary re-executed with
 // TB_PLAN_CHILD naming the test) so that it never shares a process with
-// the XLA CPU plugin, and with TPU_SKIP_MDS_QUERY=1 from the start.
+// the XLA CPU plugin, and with the environment Env asks for from the start,
+// as the CLI gives it.
 const childEnv = "TB_PLAN_CHILD"
 
 func inChild(t *testing.T) bool {
@@ -32,13 +34,65 @@ func inChild(t *testing.T) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), childEnv+"="+t.Name(), "TPU_SKIP_MDS_QUERY=1")
+	cmd.Env = append(append(os.Environ(), childEnv+"="+t.Name()), pluginEnv("v5e-8")...)
 	out, err := cmd.CombinedOutput()
 	t.Logf("child:\n%s", filterLog(out))
 	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
 		t.Fatalf("child failed: %v", err)
 	}
 	return false
+}
+
+// pluginEnv is Env(slice) as NAME=VALUE entries for a child's environment.
+func pluginEnv(slice string) []string {
+	var out []string
+	for _, v := range Env(slice, nil) {
+		out = append(out, v.Name+"="+v.Value)
+	}
+	return out
+}
+
+// TestEnv: what a plan needs from the environment, and Run's refusal to
+// load a plugin without it. (Injected fault: checkEnv returning nil; Run
+// then goes on to load libtpu, and the refusal case fails.)
+func TestEnv(t *testing.T) {
+	env := func(m map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	}
+	names := func(vs []EnvVar) []string {
+		var out []string
+		for _, v := range vs {
+			out = append(out, v.Name+"="+v.Value)
+		}
+		return out
+	}
+	cases := []struct {
+		name  string
+		slice string
+		env   map[string]string
+		want  []string
+	}{
+		{"tpu, nothing set", "v5e-8", nil, []string{"TPU_SKIP_MDS_QUERY=1", "ALLOW_MULTIPLE_LIBTPU_LOAD=1", "TPU_WORKER_HOSTNAMES=localhost"}},
+		{"tpu, the caller's values kept", "v5e-8", map[string]string{"TPU_SKIP_MDS_QUERY": "true", "ALLOW_MULTIPLE_LIBTPU_LOAD": "0", "TPU_WORKER_HOSTNAMES": "h0,h1"}, nil},
+		{"gpu, cuda dir already in XLA_FLAGS", "h100-8", map[string]string{"XLA_FLAGS": "--xla_gpu_cuda_data_dir=/opt/cuda"}, nil},
+	}
+	for _, c := range cases {
+		if got := names(Env(c.slice, env(c.env))); strings.Join(got, " ") != strings.Join(c.want, " ") {
+			t.Errorf("%s: Env = %v, want %v", c.name, got, c.want)
+		}
+	}
+	t.Setenv(envCUDADir, "/opt/cuda13")
+	if got := names(Env("h100-1", env(map[string]string{"XLA_FLAGS": "--xla_dump_to=/tmp/x"}))); len(got) != 1 || got[0] != "XLA_FLAGS=--xla_dump_to=/tmp/x --xla_gpu_cuda_data_dir=/opt/cuda13" {
+		t.Errorf("gpu with XLA_FLAGS of the caller's: %v", got)
+	}
+	if _, ok := os.LookupEnv("TPU_SKIP_MDS_QUERY"); ok {
+		return // the refusal below needs the variable unset
+	}
+	_, err := Run(context.Background(), generated(t, "tiny"), Options{Slice: "v5e-4", Dims: map[string]int{"batch": 1, "sequence": 16}})
+	var ee *EnvError
+	if !errors.Is(err, ErrEnv) || !errors.As(err, &ee) || !strings.Contains(err.Error(), "TPU_SKIP_MDS_QUERY") {
+		t.Errorf("Run without the environment: %v, want an EnvError naming TPU_SKIP_MDS_QUERY", err)
+	}
 }
 
 func filterLog(b []byte) string {
@@ -143,7 +197,9 @@ func TestPlanBERTBase(t *testing.T) {
 }
 
 // libtpu's compile-time out-of-memory refusal is a plan that does not fit,
-// with the need and the capacity, not an error.
+// with the need and the capacity, not an error. It is recognised by the plugin's
+// RESOURCE_EXHAUSTED code, not its message. (Injected fault: that check
+// disabled; Run then fails with "no strategy could be compiled".)
 func TestPlanDoesNotFit(t *testing.T) {
 	if !inChild(t) {
 		return
@@ -231,7 +287,7 @@ func TestPlanGPU(t *testing.T) {
 			t.Skipf("needs the CUDA plugin (tensorbridge plugins install cuda) and %s (ptxas, libdevice): %v", envCUDADir, err)
 		}
 		cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1")
-		cmd.Env = append(os.Environ(), childEnv+"="+t.Name())
+		cmd.Env = append(append(os.Environ(), childEnv+"="+t.Name()), pluginEnv("h100-1")...)
 		out, err := cmd.CombinedOutput()
 		t.Logf("child:\n%s", filterLog(out))
 		if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
@@ -267,6 +323,9 @@ func BenchmarkPlanLlama7B(b *testing.B) {
 	m, err := onnx.FromProtoWith(pb, onnx.LoadOptions{ShapesOnly: true})
 	if err != nil {
 		b.Fatal(err)
+	}
+	for _, v := range Env("v5e-8", nil) {
+		b.Setenv(v.Name, v.Value)
 	}
 	for b.Loop() {
 		r, err := Run(context.Background(), m, Options{Slice: "v5e-8", Strategy: "tp=8", Dims: map[string]int{"batch": 1, "sequence": 2048}})

@@ -315,7 +315,7 @@ func bench(ctx context.Context, c *benchConfig, stderr io.Writer) (*benchReport,
 	}
 	parsed := readModelAhead(c.model) // read while the backend opens
 	t0 := time.Now()
-	b, err := tensorbridge.Open(ctx, c.backend, tensorbridge.WithSettings(settings))
+	b, err := tensorbridge.Open(ctx, c.backend, tensorbridge.WithSettings(settings), c.settings.clusterOption())
 	if err != nil {
 		return nil, err
 	}

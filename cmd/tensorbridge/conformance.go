@@ -72,7 +72,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		opts.Match = re
 	}
-	b, err := tensorbridge.Open(ctx, *backend, tensorbridge.WithSettings(settings))
+	b, err := tensorbridge.Open(ctx, *backend, tensorbridge.WithSettings(settings), sf.clusterOption())
 	if err != nil {
 		return err
 	}

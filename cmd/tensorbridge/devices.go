@@ -95,7 +95,10 @@ func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	out.Summary = summarize(rep, out.Accelerators)
 	// The job, bootstrapped as doctor --cluster does, from the TPU
 	// environment this discovery already read.
-	co := cf.options()
+	co, err := cf.options()
+	if err != nil {
+		return err
+	}
 	co.TPU = func(context.Context) (*discover.TPUEnvironment, error) { return &rep.TPU, nil }
 	cfg, err := cluster.Bootstrap(ctx, co)
 	if err != nil {
@@ -107,7 +110,7 @@ func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *backend != "" {
 		var opts []tensorbridge.Option
 		if cfg.MultiProcess() {
-			opts = append(opts, tensorbridge.WithCluster(cf.joinOptions()))
+			opts = append(opts, tensorbridge.WithCluster(joinOptions(co)), tensorbridge.WithClusterSecurity(co.Security))
 		}
 		b, err := tensorbridge.Open(ctx, *backend, opts...)
 		if err != nil {

@@ -20,6 +20,7 @@ type clusterFlags struct {
 	processID    int
 	numProcesses int
 	timeout      time.Duration
+	auth         clusterAuthFlags
 }
 
 func addClusterFlags(fs interface {
@@ -31,17 +32,24 @@ func addClusterFlags(fs interface {
 	fs.IntVar(&f.processID, "process-id", -1, "this process's index (default: $"+cluster.EnvProcessID+", else TPU_WORKER_ID or the TPU VM's metadata)")
 	fs.IntVar(&f.numProcesses, "num-processes", -1, "number of processes (default: $"+cluster.EnvNumProcesses+", else the TPU worker list)")
 	fs.DurationVar(&f.timeout, "cluster-timeout", 0, "bound on every cluster wait (default: $"+cluster.EnvTimeout+", else 60s)")
+	addClusterAuthFlags(fs, &f.auth)
 }
 
-func (f *clusterFlags) options() cluster.Options {
-	o := cluster.Options{Coordinator: f.coordinator, Timeout: f.timeout}
+// options are the bootstrap options of the flags, with the credentials
+// their files hold.
+func (f *clusterFlags) options() (cluster.Options, error) {
+	sec, err := f.auth.security()
+	if err != nil {
+		return cluster.Options{}, err
+	}
+	o := cluster.Options{Coordinator: f.coordinator, Timeout: f.timeout, Security: sec}
 	if f.processID >= 0 {
 		o.ProcessID = &f.processID
 	}
 	if f.numProcesses >= 0 {
 		o.NumProcesses = &f.numProcesses
 	}
-	return o
+	return o, nil
 }
 
 // clusterView is what `doctor --cluster` prints: this process's bootstrap
@@ -68,7 +76,11 @@ type clusterView struct {
 // barrier with every process and prints the global view.
 func runDoctorCluster(ctx context.Context, cf clusterFlags, df discoveryFlags, asJSON bool, stdout io.Writer) error {
 	start := time.Now()
-	cfg, err := cluster.Bootstrap(ctx, cf.options())
+	co, err := cf.options()
+	if err != nil {
+		return err
+	}
+	cfg, err := cluster.Bootstrap(ctx, co)
 	if err != nil {
 		return err
 	}
@@ -161,8 +173,7 @@ func printBootstrap(w io.Writer, cfg *cluster.Config) {
 	fmt.Fprintf(w, "timeout        %v  (%s)\n", cfg.Timeout.Value, cfg.Timeout.Source)
 }
 
-// joinOptions are the explicit values of f as Open takes them.
-func (f *clusterFlags) joinOptions() tensorbridge.ClusterOptions {
-	o := f.options()
+// joinOptions are the explicit values of o (f.options()) as Open takes them.
+func joinOptions(o cluster.Options) tensorbridge.ClusterOptions {
 	return tensorbridge.ClusterOptions{Coordinator: o.Coordinator, ProcessID: o.ProcessID, NumProcesses: o.NumProcesses, Timeout: o.Timeout}
 }

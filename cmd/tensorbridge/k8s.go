@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 
 	"github.com/tensorbridge/tensorbridge/k8s"
@@ -16,7 +17,7 @@ func runK8s(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usageErr("want `k8s jobset` or `k8s deployment`; see tensorbridge k8s jobset -h")
 	}
 	kind := args[0]
-	synopsis := "--slice v5e-16 [--slices N] --image IMG --name NAME [--namespace NS] [--cluster-timeout D] -- ARGS..."
+	synopsis := "--slice v5e-16 [--slices N] --image IMG --name NAME [--namespace NS] [--cluster-timeout D] [--token-secret S] [--max-restarts N] [--host-network] -- ARGS..."
 	if kind == "deployment" {
 		synopsis = "(--slice v5e-4 | --gpus N [--gpu-type T]) [--replicas R] --image IMG --name NAME [--namespace NS] -- ARGS..."
 	}
@@ -29,6 +30,9 @@ func runK8s(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if kind == "jobset" {
 		fs.IntVar(&o.Slices, "slices", 1, "number of slices (multislice: one Job per slice, one slice per node pool)")
 		fs.StringVar(&o.Timeout, "cluster-timeout", "", "TENSORBRIDGE_CLUSTER_TIMEOUT for the pods (default: tensorbridge's)")
+		fs.StringVar(&o.TokenSecret, "token-secret", "", "Secret holding the job's cluster token under the key \"token\", mounted read-only (default NAME-cluster-token; create it with: kubectl create secret generic NAME-cluster-token --from-literal=token=\"$(openssl rand -hex 32)\")")
+		fs.IntVar(&o.MaxRestarts, "max-restarts", 3, "failurePolicy.maxRestarts: how many times the JobSet is recreated after a worker fails")
+		fs.BoolVar(&o.HostNetwork, "host-network", false, "run the pods on their nodes' network (multislice traffic); the coordinator still listens on the pod IP only")
 	} else {
 		fs.IntVar(&o.Replicas, "replicas", 1, "number of serving replicas")
 		fs.IntVar(&o.GPUs, "gpus", 0, "NVIDIA GPUs per replica (instead of --slice)")
@@ -38,12 +42,24 @@ func runK8s(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	o.Args = fs.Args()
+	// 0 would read as "default" in package k8s: given on the command line
+	// it is refused like any other count below 1.
+	if kind == "jobset" && o.Slices < 1 {
+		return usageErr("--slices %d: want at least 1", o.Slices)
+	}
+	if kind == "deployment" && o.Replicas < 1 {
+		return usageErr("--replicas %d: want at least 1", o.Replicas)
+	}
 	var obj any
 	var err error
 	if kind == "jobset" {
 		obj, err = k8s.JobSetFor(o)
 	} else {
 		obj, err = k8s.DeploymentFor(o)
+	}
+	var ie *k8s.InvalidError
+	if errors.As(err, &ie) { // without the package's "k8s:" prefix: the CLI names the command
+		return usageErr("%s %q: %s", ie.Option, ie.Value, ie.Reason)
 	}
 	if err != nil {
 		return usageErr("%v", err)

@@ -34,3 +34,29 @@ func TestK8sCLIMatchesGolden(t *testing.T) {
 		t.Errorf("multi-host deployment: exit %d, %s", code, errOut)
 	}
 }
+
+// Bad k8s requests exit 2 with a message naming the option, once prefixed
+// (issue 19: --slices 0 was taken as 1, --gpu-type nvidia-bogus exited 0,
+// errors read "tensorbridge k8s: k8s:").
+func TestK8sCLIRefuses(t *testing.T) {
+	js := []string{"k8s", "jobset", "--slice", "v5e-16", "--image", "i", "--name", "x"}
+	dep := []string{"k8s", "deployment", "--image", "i", "--name", "x"}
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"zero slices", append(js, "--slices", "0", "--", "doctor"), "--slices 0"},
+		{"negative slices", append(js, "--slices", "-3", "--", "doctor"), "--slices -3"},
+		{"negative max restarts", append(js, "--max-restarts", "-1", "--", "doctor"), "--max-restarts"},
+		{"zero replicas", append(dep, "--gpus", "1", "--replicas", "0", "--", "serve", "m"), "--replicas 0"},
+		{"unknown GPU type", append(dep, "--gpus", "1", "--gpu-type", "nvidia-bogus", "--", "serve", "m"), "nvidia-h100-80gb"},
+		{"unknown slice", append(dep, "--slice", "v9-8", "--", "serve", "m"), "--slice"},
+	}
+	for _, c := range cases {
+		code, out, errOut := run(t, c.args...)
+		if code != 2 || out != "" || !strings.Contains(errOut, c.want) || strings.Contains(errOut, "k8s: k8s:") {
+			t.Errorf("%s: exit %d, stdout %d bytes, stderr %q; want exit 2 naming %q once prefixed", c.name, code, len(out), errOut, c.want)
+		}
+	}
+}

@@ -13,6 +13,11 @@
 // On Linux the command re-executes itself once with glibc malloc tunables
 // that let XLA's CPU runtime reuse memory between executions (malloc.go);
 // TENSORBRIDGE_MALLOC=system, or a GLIBC_TUNABLES of your own, keeps yours.
+//
+// The command sets TF_CPP_MIN_LOG_LEVEL=2 (plugins log warnings and errors
+// only) and, for plan, TPU_SKIP_MDS_QUERY=1, ALLOW_MULTIPLE_LIBTPU_LOAD=1 or
+// XLA_FLAGS=--xla_gpu_cuda_data_dir=DIR, each unless already set, before any
+// plugin loads (procenv.go); the library never changes the environment.
 package main
 
 import (
@@ -50,6 +55,7 @@ func (e *exitError) Unwrap() error { return e.err }
 
 func main() {
 	reexecWithMallocTunables() // malloc.go
+	setPluginEnv()             // procenv.go: before any plugin loads
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	code := Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -80,6 +80,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		so.Rules = append(so.Rules, rule)
 	}
+	setPlanEnv(*slice) // procenv.go: before libtpu or the CUDA plugin loads
 	r, err := plan.Run(ctx, m, plan.Options{Slice: *slice, Strategy: *strategy, Dims: d, Precision: *precision,
 		PricePerChipHour: *price, Shard: so, Model: name})
 	if err != nil {

@@ -64,7 +64,7 @@ func runModel(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	parsed := readModelAhead(modelPath) // read while the backend opens
-	b, err := tensorbridge.Open(ctx, *backend, tensorbridge.WithSettings(settings))
+	b, err := tensorbridge.Open(ctx, *backend, tensorbridge.WithSettings(settings), sf.clusterOption())
 	if err != nil {
 		return err
 	}

@@ -76,7 +76,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer stop()
 
-	b, err := tensorbridge.Open(ctx, *backend, tensorbridge.WithSettings(settings))
+	b, err := tensorbridge.Open(ctx, *backend, tensorbridge.WithSettings(settings), sf.clusterOption())
 	if err != nil {
 		return err
 	}

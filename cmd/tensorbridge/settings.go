@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tensorbridge/tensorbridge"
+	"github.com/tensorbridge/tensorbridge/cluster"
 	"github.com/tensorbridge/tensorbridge/config"
 )
 
@@ -20,6 +21,9 @@ type settingsFlags struct {
 	compileTimeout time.Duration
 	buckets        string
 	printConfig    bool
+	// cluster are the job credentials; clusterSec what settings() read.
+	cluster    clusterAuthFlags
+	clusterSec *cluster.Security
 }
 
 func addSettingsFlags(fs *flag.FlagSet, f *settingsFlags) {
@@ -37,6 +41,7 @@ func addResourceFlags(fs *flag.FlagSet, f *settingsFlags) {
 	fs.DurationVar(&f.compileTimeout, "compile-timeout", 0, "limit for one compilation (default 10m)")
 	fs.StringVar(&f.buckets, "buckets", "", `bucket sizes per symbolic dimension, e.g. "batch=1,8,32;sequence=128,512" (default powers of two)`)
 	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective settings and where each came from")
+	addClusterAuthFlags(fs, &f.cluster)
 }
 
 func (f *settingsFlags) settings() (tensorbridge.Settings, error) {
@@ -60,5 +65,10 @@ func (f *settingsFlags) settings() (tensorbridge.Settings, error) {
 		}
 		s.Buckets = b
 	}
+	sec, err := f.cluster.security()
+	if err != nil {
+		return s, err
+	}
+	f.clusterSec = sec
 	return s, s.Validate()
 }

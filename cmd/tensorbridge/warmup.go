@@ -66,7 +66,7 @@ func runWarmup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		combos = next
 	}
-	b, err := tensorbridge.Open(ctx, *backend, tensorbridge.WithSettings(settings))
+	b, err := tensorbridge.Open(ctx, *backend, tensorbridge.WithSettings(settings), sf.clusterOption())
 	if err != nil {
 		return err
 	}
