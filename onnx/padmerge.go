@@ -527,3 +527,31 @@ func rangeDim(start, limit, delta *pval) sdim {
 	}
 	return sdim{}
 }
+
+// slicedToSym is the size of the k-th axis a Slice cuts from 0 to another
+// symbolic dimension in steps of 1 (position_ids[:, :seq], as exporters
+// write position embeddings), else opaque. Were the axis shorter than that
+// size, the op broadcasting it against the dimension would fail, so the
+// size is the dimension as long as the input stays within the sliced
+// tensor (a sequence no longer than the position table): the assumption
+// every such export makes, since a longer one fails where the slice meets
+// the sequence.
+func (r *padRun) slicedToSym(n *onnxpb.Node, k int) sdim {
+	if len(n.Input) < 3 || n.Input[1] == "" || n.Input[2] == "" {
+		return sdim{}
+	}
+	starts, end := r.vals[n.Input[1]], r.vals[n.Input[2]]
+	if starts == nil || end == nil || k >= len(starts.fc) || k >= len(end.elems) || starts.fc[k] != 0 {
+		return sdim{}
+	}
+	if len(n.Input) > 4 && n.Input[4] != "" {
+		steps, ok := r.constInts(n, 4)
+		if !ok || k >= len(steps) || steps[k] != 1 {
+			return sdim{}
+		}
+	}
+	if e := end.elems[k]; e.k == sSym && e.s != r.dim {
+		return e
+	}
+	return sdim{}
+}

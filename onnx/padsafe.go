@@ -1338,7 +1338,8 @@ func (r *padRun) reshape(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, x, 
 	if outs := r.mergeReshape(x, t, allowZero, fail); outs != nil {
 		return outs
 	}
-	target := make([]sdim, len(t.elems))
+	// Later sizes are known when a -1 before them is resolved.
+	target := append([]sdim(nil), t.elems...)
 	for i, e := range t.elems {
 		target[i] = e
 		if e.k == sConst && e.c == 0 && !allowZero {
@@ -1608,6 +1609,9 @@ func (r *padRun) slice(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, x *pv
 			return fail("slices along it")
 		}
 		out.dims[a] = slicedDim(x.dims[a], starts, ends, steps, k, haveSE)
+		if out.dims[a].k == sOpaque {
+			out.dims[a] = r.slicedToSym(n, k)
+		}
 	}
 	if x.rank == 1 && x.elems != nil && haveSE && len(starts) == 1 && len(ends) == 1 {
 		l := int64(len(x.elems))
