@@ -5,7 +5,9 @@ PyTorch's outputs for a batch of 3 as the reference the padding tests
 (padding_transformer_test.go) compare against.
 
   scripts/export-transformer-layers.py small DIR   d_model 32: committed under testdata/models
-  scripts/export-transformer-layers.py bench DIR   d_model 64: the load figure in BENCHMARKS.md
+  scripts/export-transformer-layers.py bench DIR   d_model 64, sequence 128: tf_encoder and the
+                                                   BERT-like bert_encoder_tf of the load figure
+                                                   in BENCHMARKS.md (not committed)
 
 nn.MultiheadAttention merges the batch with the heads ([seq, batch*heads,
 head_dim]) and back: the export that the padding analysis has to prove exact.
@@ -43,6 +45,28 @@ class EncoderBatchFirst(nn.Module):
 
     def forward(self, x, mask):
         return self.enc(x, src_key_padding_mask=mask)
+
+
+class BertLike(nn.Module):
+    """A BERT-like encoder on nn.TransformerEncoder (sequence-first inside,
+    as its default batch_first=False): token + position embeddings,
+    LayerNorm, the encoder with a key padding mask, a tanh pooler. Inputs
+    input_ids and attention_mask are [batch, 128]: only the batch is dynamic."""
+
+    def __init__(self, d, heads, ff, layers=2, vocab=30522):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(SEQ, d)
+        self.ln0 = nn.LayerNorm(d)
+        layer = nn.TransformerEncoderLayer(d, heads, ff, dropout=0.0, activation="gelu")
+        self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.pool = nn.Linear(d, d)
+
+    def forward(self, input_ids, attention_mask):
+        pos = torch.arange(SEQ).unsqueeze(0)
+        x = self.ln0(self.tok(input_ids) + self.pos(pos)).transpose(0, 1)
+        x = self.enc(x, src_key_padding_mask=attention_mask == 0).transpose(0, 1)
+        return x, torch.tanh(self.pool(x[:, 0]))
 
 
 class DecoderLayer(nn.Module):
@@ -89,6 +113,12 @@ def main():
     export("tf_encoder", EncoderSeqFirst(d, heads, ff), [torch.randn(SEQ, b, d, generator=g)],
            ["src"], ["out"], {"src": {1: "batch"}, "out": {1: "batch"}}, out_dir)
     if which == "bench":
+        ids = torch.randint(0, 30522, (b, SEQ), generator=g)
+        am = torch.ones(b, SEQ, dtype=torch.int64)
+        am[1, 100:] = 0
+        export("bert_encoder_tf", BertLike(d, heads, ff), [ids, am], ["input_ids", "attention_mask"],
+               ["hidden", "pooled"], {"input_ids": {0: "batch"}, "attention_mask": {0: "batch"},
+                                      "hidden": {0: "batch"}, "pooled": {0: "batch"}}, out_dir)
         return
     mask = torch.zeros(b, SEQ, dtype=torch.bool)
     mask[1, 100:] = True
