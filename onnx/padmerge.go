@@ -226,16 +226,21 @@ func (r *padRun) mergeReshape(x, t *pval, allowZero bool, fail func(string, ...a
 	if x.rank < 0 || t == nil || t.elems == nil {
 		return nil
 	}
-	ci := -1
+	ci, carriers, merged := -1, 0, false
 	for i, d := range x.dims {
 		if r.isD(d) {
-			if ci >= 0 || d.k == sTaint {
-				return nil
-			}
-			ci = i
+			ci, carriers = i, carriers+1
+			merged = merged || d.k == sMerge || d.k == sTaint
 		}
 	}
-	if ci < 0 {
+	for _, e := range t.elems {
+		merged = merged || e.k == sProd
+	}
+	if carriers > 1 && merged {
+		// The plain rule does not know merged axes; this one follows one.
+		return fail("reshapes a value that carries it on several axes, merged on one")
+	}
+	if carriers != 1 || x.dims[ci].k == sTaint {
 		return nil
 	}
 	// The target's sizes, with 0 copying the input's.

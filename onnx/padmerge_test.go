@@ -124,3 +124,34 @@ func TestPadSafetyMergeBatchInner(t *testing.T) {
 		})
 	}
 }
+
+// Two axes merging the batch with the same total size but different layouts
+// ((1, batch, 4) and (4, batch, 1)) hold different rows at the same index:
+// concatenating them along another axis would mix them, so it is refused
+// (fault injected: without the layout check in the Concat rule the graph is
+// accepted as safe).
+func TestPadSafetyMergeLayoutsDiffer(t *testing.T) {
+	F := onnxpb.Float
+	i64s := func(name string, v ...int64) onnxpb.Tensor { return tI64(name, []int64{int64(len(v))}, v...) }
+	i64 := func(name string, v int64) onnxpb.Tensor { return tI64(name, nil, v) }
+	nodes := []onnxpb.Node{
+		node("Shape", []string{"x"}, []string{"sh"}),
+		node("Gather", []string{"sh", "i0"}, []string{"b"}, aInt("axis", 0)),
+		node("Mul", []string{"b", "four"}, []string{"b4"}),
+		node("Unsqueeze", []string{"b4", "ax0"}, []string{"bs"}),
+		node("Unsqueeze", []string{"b", "ax0"}, []string{"bu"}),
+		node("Concat", []string{"bs", "c2"}, []string{"mt"}, aInt("axis", 0)),
+		node("Reshape", []string{"x", "mt"}, []string{"m1"}),   // [batch*4, 2]: (1, batch, 4)
+		node("Reshape", []string{"z", "flat"}, []string{"m2"}), // [4*batch, 2]: (4, batch, 1)
+		node("Concat", []string{"m1", "m2"}, []string{"c"}, aInt("axis", 1)),
+		node("Concat", []string{"bu", "m1c"}, []string{"st"}, aInt("axis", 0)),
+		node("Reshape", []string{"c", "st"}, []string{"y"}),
+	}
+	in := []onnxpb.ValueInfo{vi("x", F, "batch", 8), vi("z", F, 4, "batch", 2)}
+	m := mustModel(t, model(13, in, []onnxpb.ValueInfo{vi("y", F, "batch", 16)},
+		[]onnxpb.Tensor{i64("i0", 0), i64("four", 4), i64s("ax0", 0), i64s("c2", 2), i64s("flat", -1, 2), i64s("m1c", -1)}, nodes...))
+	d := m.PadSafety()[0]
+	if d.Safe || !strings.Contains(d.Reason, "do not all carry it on the same axes") {
+		t.Fatalf("safe=%v %q; want unsafe at the Concat", d.Safe, d.Reason)
+	}
+}

@@ -1357,7 +1357,7 @@ func (r *padRun) reshape(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, x, 
 				}
 			}
 		}
-		if target[i].k == sTaint {
+		if target[i].k == sTaint || target[i].k == sProd {
 			return fail("reshapes to a size computed from it")
 		}
 	}
@@ -1515,7 +1515,7 @@ func (r *padRun) concat(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins 
 			}
 			if k == 0 {
 				out.dims[i] = d
-			} else if r.isD(d) != r.isD(out.dims[i]) {
+			} else if r.isD(d) != r.isD(out.dims[i]) || d.k == sMerge && d != out.dims[i] {
 				return fail("joins inputs that do not all carry it on the same axes")
 			}
 		}
