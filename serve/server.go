@@ -526,6 +526,9 @@ func (m *model) prepare(inputs []Tensor) (*pending, error) {
 		}
 		p.inputs[k] = t
 	}
+	if err := m.admit(sym); err != nil { // nothing compiles after ready (model.go)
+		return nil, err
+	}
 	if m.batchDim != "" {
 		p.rows = sym[m.batchDim]
 		p.key = mergeKey(p.inputs)

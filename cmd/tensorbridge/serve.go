@@ -34,6 +34,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	queueSize := fs.Int("max-queue-size", 1024, "requests waiting per model; one more is answered 503 \"queue full\" at once")
 	timeout := fs.Duration("request-timeout", 30*time.Second, "default per-request deadline, queueing included (a request's \"timeout\" parameter may shorten it); expiry answers 503")
 	concurrency := fs.Int("concurrency", 1, "runs each replica executes at once")
+	allowCompile := fs.Bool("allow-compile", false, "let requests whose shapes warm-up did not compile run anyway, compiling on the request path (default: refuse them with 400 naming the warmed shapes, and refuse to load a model whose shapes warm-up cannot know)")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM or SIGINT, how long to wait for accepted requests before exiting")
 	logJSON := fs.Bool("log-json", false, "write logs as JSON lines (default: text) to stderr")
 	var sf settingsFlags
@@ -86,7 +87,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	log.Info("backend", "name", b.Name(), "devices", len(b.Devices()), "selection", b.Selection().Reason)
 	cfg := serve.ModelConfig{MaxBatch: *maxBatch, MaxQueueDelay: *delay, MaxQueueSize: *queueSize,
-		Timeout: *timeout, Concurrency: *concurrency}
+		Timeout: *timeout, Concurrency: *concurrency, AllowCompile: *allowCompile}
 	// In a multi-process job (a multi-host slice) every worker serves its
 	// own devices behind one Service; a mesh wider than this process's
 	// devices would need every worker to take part in each run, which
