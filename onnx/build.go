@@ -42,6 +42,8 @@ type Plan struct {
 	// layout: the structure of sequence and optional outputs, set by Build
 	// (values.go).
 	layout outputLayout
+	// idx: the index range checks the latest Build recorded (indexcheck.go).
+	idx planChecks
 }
 
 // Specialize fixes the model's input shapes. shapes gives the concrete
@@ -241,7 +243,8 @@ func (p *Plan) Build(g *ir.Graph, inputs map[string]*ir.Node) (outs map[string]*
 	}
 	truncates := bf16ConvertTruncates(g.Backend())
 	b := &builder{m: p.m, g: g, vals: map[string]*value{}, prec: p.prec,
-		emulate: p.prec.compute == ir.BFloat16 && truncates, wideBF16: !p.prec.low() && truncates}
+		emulate: p.prec.compute == ir.BFloat16 && truncates, wideBF16: !p.prec.low() && truncates,
+		idx: newIndexRecorder(p.m)}
 	for _, prm := range p.params {
 		n, ok := inputs[prm.Name]
 		if !ok || n == nil {
@@ -324,6 +327,7 @@ func (p *Plan) Build(g *ir.Graph, inputs map[string]*ir.Node) (outs map[string]*
 		}
 		outs[o.Name] = n
 	}
+	b.idx.finish(p, outs)
 	return outs, nil
 }
 
@@ -370,6 +374,9 @@ type builder struct {
 	// Float16 values always are), rounded to BFloat16 to nearest even at
 	// casts to BFLOAT16 and at the model's outputs (see graphDT).
 	wideBF16 bool
+	// idx records index range checks (indexcheck.go); nil outside the
+	// main graph (subgraphs, folds).
+	idx *indexRecorder
 }
 
 // graphDT is the dtype of graph nodes for values the model declares dt:
