@@ -188,7 +188,7 @@ func (ic *IndexChecks) String() string {
 // graph's builder.
 func (c *opCtx) noteIndices(k int, sizes []int, tuple bool) {
 	r := c.b.idx
-	if r == nil || c.isHost(k) || !c.has(k) || c.inputs[k].node == nil {
+	if indexChecksOff || r == nil || c.isHost(k) || !c.has(k) || c.inputs[k].node == nil {
 		return
 	}
 	sizes = append([]int(nil), sizes...)
