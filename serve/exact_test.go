@@ -56,3 +56,33 @@ func TestExactAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestInferMethodNotAllowed: a GET (or PUT) on an inference path is a 405
+// with Allow: POST, as RFC 9110 section 15.5.6 requires, not a 404; an
+// unknown path stays a 404. Before the change the GET got a 404 "the API
+// is under /v2".
+func TestInferMethodNotAllowed(t *testing.T) {
+	b := openBackend(t, batchBuckets(t, testBuckets))
+	ts := startServer(t, b, testCfg, 1, "mlp")
+	cases := []struct {
+		method, path string
+		status       int
+		allow        string
+	}{
+		{http.MethodGet, "/v2/models/mlp/infer", 405, "POST"},
+		{http.MethodPut, "/v2/models/mlp/versions/1/infer", 405, "POST"},
+		{http.MethodGet, "/v2/models/mlp/nothing", 404, ""},
+	}
+	for _, c := range cases {
+		req, _ := http.NewRequest(c.method, "http://"+ts.httpAddr+c.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || resp.Header.Get("Allow") != c.allow || !json.Valid(body) {
+			t.Errorf("%s %s: %d Allow=%q %s; want %d Allow=%q with a JSON error", c.method, c.path, resp.StatusCode, resp.Header.Get("Allow"), body, c.status, c.allow)
+		}
+	}
+}
