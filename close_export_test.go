@@ -1,0 +1,9 @@
+package tensorbridge
+
+// InFlight is the number of runs and compiles under way on b (for
+// TestCompileCutOffThenClose: Close must return while one is).
+func InFlight(b *Backend) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inflight
+}
