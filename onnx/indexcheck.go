@@ -99,12 +99,49 @@ func (ic *IndexChecks) CheckInputs(inputs map[string]*ir.Tensor) error {
 		if t == nil {
 			continue // missing inputs are reported by the input checks
 		}
-		vals, err := hostFromIR(t, t.DType()).ints()
-		if err != nil {
-			return fmt.Errorf("onnx: checking the indices of input %q: %w", hc.input, err)
-		}
-		if err := hc.check(vals); err != nil {
+		if err := hc.checkTensor(t); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// checkTensor checks t's values in place for the usual index dtypes
+// (int64, int32: no copy) and through a decoded copy otherwise.
+func (hc hostIndexCheck) checkTensor(t *ir.Tensor) error {
+	var err error
+	fast := false
+	if e := t.ConstFlatData(func(flat any) {
+		switch f := flat.(type) {
+		case []int64:
+			fast, err = true, hc.check(f)
+		case []int32:
+			fast, err = true, checkInts(hc, f)
+		}
+	}); e != nil {
+		return fmt.Errorf("onnx: checking the indices of input %q: %w", hc.input, e)
+	}
+	if fast {
+		return err
+	}
+	vals, err := hostFromIR(t, t.DType()).ints()
+	if err != nil {
+		return fmt.Errorf("onnx: checking the indices of input %q: %w", hc.input, err)
+	}
+	return hc.check(vals)
+}
+
+// checkInts is hostIndexCheck.check for int32 values: a scan, and the
+// int64 check of the first bad value's position for the error.
+func checkInts(hc hostIndexCheck, vals []int32) error {
+	m := len(hc.sizes)
+	for pos, v := range vals {
+		if s := int32(min(hc.sizes[pos%m], 1<<31-1)); v < -s || v >= s {
+			widened := make([]int64, len(vals))
+			for k, w := range vals {
+				widened[k] = int64(w)
+			}
+			return hc.check(widened)
 		}
 	}
 	return nil
@@ -113,6 +150,16 @@ func (ic *IndexChecks) CheckInputs(inputs map[string]*ir.Tensor) error {
 // check returns an *errs.InputError for the first value out of range.
 func (hc hostIndexCheck) check(vals []int64) error {
 	m := len(hc.sizes)
+	if m == 1 { // the common case: one range for every value
+		s := int64(hc.sizes[0])
+		ok := true
+		for _, v := range vals {
+			ok = ok && v >= -s && v < s
+		}
+		if ok {
+			return nil
+		}
+	}
 	for pos, v := range vals {
 		s := int64(hc.sizes[pos%m])
 		if v >= -s && v < s {

@@ -101,3 +101,25 @@ func TestIndexChecks(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkCheckInputs is the host check of one [2, 128] int64 token-id
+// input (MiniLM's shape in the real-model set) against a 30522-row table:
+// the whole run-time cost of the index checks for such a model.
+func BenchmarkCheckInputs(b *testing.B) {
+	ids := make([]int64, 2*128)
+	for k := range ids {
+		ids[k] = int64(k * 97 % 30522)
+	}
+	x, err := ir.TensorFromFlat(ids, 2, 128)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ic := &IndexChecks{host: []hostIndexCheck{{input: "input_ids", node: "embedding", op: "Gather", sizes: []int{30522}}}}
+	in := map[string]*ir.Tensor{"input_ids": x}
+	b.ResetTimer()
+	for range b.N {
+		if err := ic.CheckInputs(in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
