@@ -7,3 +7,11 @@ func InFlight(b *Backend) int {
 	defer b.mu.Unlock()
 	return b.inflight
 }
+
+// DriverClosed reports whether b's driver was closed (by Close, or after
+// it by the last work in flight).
+func DriverClosed(b *Backend) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.driverClosed
+}

@@ -222,15 +222,18 @@ func compileCutOffThenClose() {
 	if n := tensorbridge.InFlight(b); n == 0 {
 		fail(6, "after Close, nothing in flight; want the blocked compile")
 	}
-	if b.Engine().IsFinalized() {
+	if tensorbridge.DriverClosed(b) {
 		fail(7, "Close closed the driver under the compile in flight")
 	}
 	close(release)
-	for wait := 0; tensorbridge.InFlight(b) > 0 || !b.Engine().IsFinalized(); wait++ {
+	for wait := 0; !tensorbridge.DriverClosed(b); wait++ {
 		if wait == 60000 {
 			fail(8, "the compile ended 10 minutes ago or never; the driver is still open")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	if n := tensorbridge.InFlight(b); n != 0 || !b.Engine().IsFinalized() {
+		fail(9, "driver closed with %d in flight, engine finalized: %v", n, b.Engine().IsFinalized())
 	}
 	fmt.Println("closed after cut-off: Close returned with the compile in flight; the driver closed when it ended")
 }

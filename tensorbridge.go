@@ -117,6 +117,9 @@ type Backend struct {
 	mu       sync.Mutex
 	closed   bool
 	inflight int // runs and compiles under way; the last one after Close closes the driver
+	// driverClosed: the driver was closed (by Close, or after it by the
+	// last work in flight).
+	driverClosed bool
 }
 
 // Backends returns the names of the backends built into this binary.
@@ -319,7 +322,16 @@ func (b *Backend) Close() error {
 	if later {
 		return nil
 	}
-	return b.drv.Close()
+	err := b.drv.Close()
+	b.markDriverClosed()
+	return err
+}
+
+// markDriverClosed records that the driver was closed.
+func (b *Backend) markDriverClosed() {
+	b.mu.Lock()
+	b.driverClosed = true
+	b.mu.Unlock()
 }
 
 // closeDriver closes the driver after Close, once the last work in flight
@@ -327,6 +339,7 @@ func (b *Backend) Close() error {
 // driver's own resources are freed either way).
 func (b *Backend) closeDriver() {
 	_ = b.drv.Close()
+	b.markDriverClosed()
 }
 
 // enter counts a run or compile as work in flight, which Close waits for;

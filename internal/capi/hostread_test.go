@@ -212,15 +212,17 @@ func TestCloseDefersForAbandonedExecution(t *testing.T) {
 		} else {
 			exercised++
 		}
-		for wait := 0; n > 0; wait++ { // the execution's release destroys the client
-			if wait == 60000 { // 10 minutes: the plugin never finished
-				t.Fatalf("async=%v: the execution still holds the client", async)
+		// The execution's release destroys the client (after it let go of
+		// its hold: wait for the destruction itself, not the count).
+		for wait := 0; !c.isDestroyed(); wait++ {
+			if wait == 60000 { // 10 minutes
+				n, _ = c.holders()
+				t.Fatalf("async=%v: the client is still alive, %d holders", async, n)
 			}
 			time.Sleep(10 * time.Millisecond)
-			n, _ = c.holders()
 		}
-		if !c.isDestroyed() {
-			t.Fatalf("async=%v: the last holder released and the client is still alive", async)
+		if n, _ = c.holders(); n != 0 {
+			t.Fatalf("async=%v: the client was destroyed with %d holders", async, n)
 		}
 	}
 	if exercised == 0 {
