@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 
@@ -164,5 +166,62 @@ func TestOutOfRangeTokenID(t *testing.T) {
 				t.Fatalf("Run = %v, want an InputError naming input_ids, /tok/Gather and %d", err, id)
 			}
 		})
+	}
+}
+
+// TestWarmStartKeepsIndexChecks: a restarted process that loads
+// bert_tiny's executable by its warm-start key (no Build of the plan on the
+// way to the executable) still refuses a token id of 1000: the warm start
+// builds the plan on the host to learn its index checks. Fault injected:
+// without that host build, the second open answered the id with the row
+// of 999.
+func TestWarmStartKeepsIndexChecks(t *testing.T) {
+	needXLACPU(t)
+	ctx := context.Background()
+	cacheDir := t.TempDir()
+	ids := readNPY(t, filepath.Join("testdata", "models", "bert_tiny.input_0.npy"))
+	mask := readNPY(t, filepath.Join("testdata", "models", "bert_tiny.input_1.npy"))
+	bad := tensors.MustCopyFlatData[int64](ids)
+	bad[0] = 1000
+	badIDs, err := ir.TensorFromFlat(bad, ids.Shape().Dimensions...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		b, err := tensorbridge.Open(ctx, "xla-cpu", tensorbridge.WithSettings(tensorbridge.Settings{CacheDir: cacheDir}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := b.LoadModel(ctx, filepath.Join("testdata", "models", "bert_tiny.onnx"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = m.Run(ctx, map[string]*ir.Tensor{"input_ids": badIDs, "attention_mask": mask})
+		var ie *tensorbridge.InputError
+		if !errors.As(err, &ie) || ie.Name != "input_ids" {
+			t.Errorf("round %d: Run = %v, want an InputError for input_ids", round, err)
+		}
+		s := b.CacheStats()
+		if round == 1 && (s.Hits != 1 || s.Misses != 0) {
+			t.Errorf("restart: %+v, want the executable from the cache", s)
+		}
+		_ = m.Close()
+		_ = b.Close()
+		if round == 0 {
+			// Keep only the warm-start entry (written last), so that the
+			// restart cannot take the path through the plan's Build.
+			entries, _ := filepath.Glob(filepath.Join(cacheDir, "*.tbc"))
+			if len(entries) != 2 {
+				t.Fatalf("%d cache entries %v, want 2 (by program text, by model digest)", len(entries), entries)
+			}
+			sort.Slice(entries, func(i, j int) bool {
+				a, _ := os.Stat(entries[i])
+				b, _ := os.Stat(entries[j])
+				return a.ModTime().Before(b.ModTime())
+			})
+			if err := os.Remove(entries[0]); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
