@@ -189,4 +189,3 @@ func helpFlags(t *testing.T, cmd []string) map[string]bool {
 	}
 	return flags
 }
-
