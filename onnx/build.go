@@ -43,6 +43,8 @@ type Plan struct {
 	// layout: the structure of sequence and optional outputs, set by Build
 	// (values.go).
 	layout outputLayout
+	// idx: the index range checks the latest Build recorded (indexcheck.go).
+	idx planChecks
 }
 
 // Specialize fixes the model's input shapes. shapes gives the concrete
@@ -248,7 +250,8 @@ func (p *Plan) buildTraced(g *ir.Graph, inputs map[string]*ir.Node, tr *nodeTrac
 	}
 	truncates := bf16ConvertTruncates(g.Backend())
 	b := &builder{m: p.m, g: g, vals: map[string]*value{}, prec: p.prec, trace: tr,
-		emulate: p.prec.compute == ir.BFloat16 && truncates, wideBF16: !p.prec.low() && truncates}
+		emulate: p.prec.compute == ir.BFloat16 && truncates, wideBF16: !p.prec.low() && truncates,
+		idx: newIndexRecorder(p.m)}
 	for _, prm := range p.params {
 		n, ok := inputs[prm.Name]
 		if !ok || n == nil {
@@ -331,6 +334,7 @@ func (p *Plan) buildTraced(g *ir.Graph, inputs map[string]*ir.Node, tr *nodeTrac
 		}
 		outs[o.Name] = n
 	}
+	b.idx.finish(p, outs)
 	return outs, nil
 }
 
@@ -379,6 +383,9 @@ type builder struct {
 	wideBF16 bool
 	// trace, when not nil, records the graph nodes each ONNX node created.
 	trace *nodeTrace
+	// idx records index range checks (indexcheck.go); nil outside the
+	// main graph (subgraphs, folds).
+	idx *indexRecorder
 }
 
 // graphDT is the dtype of graph nodes for values the model declares dt:

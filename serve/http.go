@@ -36,12 +36,21 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("GET "+prefix, s.httpModelMetadata)
 		mux.HandleFunc("GET "+prefix+"/ready", s.httpModelReady)
 		mux.HandleFunc("POST "+prefix+"/infer", s.httpInfer)
+		mux.HandleFunc(prefix+"/infer", postOnly) // any other method: 405
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s (the API is under /v2)", r.Method, r.URL.Path))
 	})
 	return mux
+}
+
+// postOnly answers a request to an inference path with a method other
+// than POST: 405 with Allow: POST (RFC 9110, section 15.5.6), not the 404
+// of an unknown path.
+func postOnly(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Allow", http.MethodPost)
+	writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: inference takes POST", r.Method, r.URL.Path))
 }
 
 func readyStatus(ready bool) int {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 
@@ -36,6 +37,9 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if *slice == "" {
 		return usageErr("--slice is required, e.g. --slice v5e-8")
+	}
+	if *price < 0 || math.IsNaN(*price) || math.IsInf(*price, 0) {
+		return usageErr("--price %v: want a positive price in USD per chip-hour (or leave it out for the price table)", *price)
 	}
 	var m *onnx.Model
 	var name string

@@ -82,6 +82,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer b.Close()
+	printCPUHint(stderr, b.Selection()) // cpuhint.go
 	if sf.printConfig {
 		fmt.Fprintf(stderr, "backend %s\n%s", b.Name(), b.Settings())
 	}
