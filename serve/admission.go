@@ -1,0 +1,132 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/tensorbridge/tensorbridge"
+	"github.com/tensorbridge/tensorbridge/errs"
+	"github.com/tensorbridge/tensorbridge/ir"
+)
+
+// runEstimate is a moving average of how long one run of a model takes
+// (its batch's execution, from the start of the run to its answer), which
+// admission control uses to predict when a new request would be answered.
+type runEstimate struct {
+	mu   sync.Mutex
+	mean float64 // seconds; 0 until the first run
+}
+
+// observe adds one run's duration (exponential weight 1/8).
+func (e *runEstimate) observe(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.mean == 0 {
+		e.mean = d.Seconds()
+		return
+	}
+	e.mean += (d.Seconds() - e.mean) / 8
+}
+
+func (e *runEstimate) get() float64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.mean
+}
+
+// OverloadError says a request was refused at admission because the work
+// ahead of it would not finish before its deadline: answering it late
+// would only take device time from requests that can still be answered in
+// time.
+type OverloadError struct {
+	Model    string
+	Wait     time.Duration // the expected wait for a run slot
+	Deadline time.Duration // what was left of the request's deadline
+}
+
+func (e *OverloadError) Error() string {
+	return fmt.Sprintf("overloaded: model %s would answer in about %s, after the request's deadline (%s left); retry later",
+		e.Model, e.Wait.Round(time.Millisecond), e.Deadline.Round(time.Millisecond))
+}
+
+// Is makes an overload match errs.ErrUnavailable (503).
+func (e *OverloadError) Is(target error) bool { return target == errs.ErrUnavailable }
+
+// admit refuses p when the server is busy (a run in every slot, or a
+// queue) and the runs ahead of it, at the measured run time, would not
+// finish before its deadline. With a free slot and no queue it always
+// admits, so the estimate keeps being measured.
+func (s *Server) admit(m *model, p *pending, est *runEstimate) error {
+	t := est.get()
+	deadline, ok := p.ctx.Deadline()
+	if t == 0 || !ok {
+		return nil
+	}
+	slots := len(m.replicas) * m.cfg.Concurrency
+	var inflight int64
+	for _, r := range m.replicas {
+		inflight += r.inflight.Load()
+	}
+	ahead := m.q.runsAhead(max(m.maxBatch, 1))
+	if ahead == 0 && inflight < int64(slots) {
+		return nil
+	}
+	// Runs in progress are on average half done; the request's own run
+	// follows the ones ahead.
+	waitRuns := (float64(ahead) + float64(inflight)/2) / float64(slots)
+	wait := time.Duration(waitRuns * t * float64(time.Second))
+	left := time.Until(deadline)
+	if wait+time.Duration(t*float64(time.Second)) <= left {
+		return nil
+	}
+	return &OverloadError{Model: m.name, Wait: wait, Deadline: left}
+}
+
+// runsAhead estimates the runs the queued live requests make: one each
+// for requests that run alone, and the merged rows of the others in
+// batches of maxBatch.
+func (q *queue) runsAhead(maxBatch int) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	runs, rows := 0, 0
+	for _, p := range q.items {
+		if p.ctx.Err() != nil {
+			continue
+		}
+		if p.alone {
+			runs++
+		} else {
+			rows += p.rows
+		}
+	}
+	return runs + (rows+maxBatch-1)/maxBatch
+}
+
+// retryAfterSeconds is how long a client refused with err should wait.
+func retryAfterSeconds(err error) float64 {
+	var ol *OverloadError
+	if errors.As(err, &ol) {
+		return math.Max(ol.Wait.Seconds(), 1)
+	}
+	return 1
+}
+
+// runToEnd runs in on tm and returns only when the execution has really
+// ended, even when ctx ends first: the caller (the batcher) holds the
+// replica's slot until then, so that abandoned executions, which the
+// device finishes anyway, never leave it running more at once than its
+// concurrency. A batch whose callers have all gone before it starts is not
+// run.
+func runToEnd(ctx context.Context, tm *tensorbridge.Model, in map[string]*ir.Tensor) (map[string]*ir.Tensor, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return tm.Run(context.WithoutCancel(ctx), in)
+}
