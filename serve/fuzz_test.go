@@ -109,6 +109,7 @@ func FuzzDecodeJSONData(f *testing.F) {
 	f.Add([]byte("[1,2,3]"), "FP32", int64(3))
 	f.Add([]byte("[[true],[false]]"), "BOOL", int64(2))
 	f.Add([]byte("[1]"), "FP64", int64(137438953472))
+	f.Add([]byte("[1]"), "FP64", int64(1<<24))
 	f.Add([]byte("7"), "INT8", int64(1))
 	f.Fuzz(func(t *testing.T, data []byte, datatype string, n int64) {
 		if n < 0 || n > oip.MaxElements {
