@@ -175,7 +175,7 @@ func decodeHTTPInfer(body []byte, headerLen string, specs *inputSpecs) (req *Inf
 		}
 		jsonPart, rest = body[:n], body[n:]
 	}
-	if err := oip.CheckDepth(jsonPart, oip.MaxDepth); err != nil {
+	if err := oip.CheckJSON(jsonPart, specs.jsonLimits()); err != nil {
 		return nil, nil, 0, badRequest("malformed JSON request: %v", err)
 	}
 	var jr oip.InferRequest

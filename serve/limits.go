@@ -19,8 +19,9 @@ import (
 // allocated from a shape the model could not take. The decoders then
 // check the declared element count against the bytes actually sent.
 type inputSpecs struct {
-	model string
-	specs []tensorbridge.ValueSpec
+	model    string
+	specs    []tensorbridge.ValueSpec
+	nOutputs int // the model's outputs, which a request may name
 	// bucket is the runtime's bucket rule (Model.BucketSize): an error for
 	// a size beyond the largest bucket of a padded dimension. nil: none.
 	bucket func(dim string, n int) (int, error)
@@ -28,7 +29,7 @@ type inputSpecs struct {
 
 // specsOf is the checker of model m, from its first replica's bucket rule.
 func specsOf(m *model) *inputSpecs {
-	c := &inputSpecs{model: m.name, specs: m.inputs}
+	c := &inputSpecs{model: m.name, specs: m.inputs, nOutputs: len(m.outputs)}
 	if len(m.replicas) > 0 && m.replicas[0].m != nil {
 		c.bucket = m.replicas[0].m.BucketSize
 	}
@@ -82,6 +83,15 @@ func (c *inputSpecs) check(name, datatype string, shape []int64) (ir.DType, []in
 		}
 	}
 	return dt, dims, n, nil
+}
+
+// jsonLimits bound a request's JSON structure for this model: the root
+// and its parameters, each input and output with its parameters (twice
+// over, so that a request naming things twice gets its precise error from
+// the checks that follow), and up to 16 keys per object.
+func (c *inputSpecs) jsonLimits() oip.JSONLimits {
+	objects := 2 + 4*(len(c.specs)+c.nOutputs)
+	return oip.JSONLimits{Depth: oip.MaxDepth, Objects: objects, Keys: 16 * objects}
 }
 
 // byteBudget admits requests by the bytes they hold in memory (body and

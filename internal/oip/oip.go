@@ -91,11 +91,21 @@ func Elements(shape []int64) (int, error) {
 // tensor of rank 8 nested in a request needs about 12 levels.
 const MaxDepth = 64
 
-// CheckDepth refuses JSON whose arrays and objects nest deeper than max,
-// scanning the bytes once without allocating (strings are skipped, so
-// brackets inside them do not count). It does not validate the JSON.
-func CheckDepth(b []byte, max int) error {
-	depth := 0
+// JSONLimits bound the structure of a JSON body before it is decoded, so
+// that what the decoder allocates stays a small multiple of the body: an
+// object decodes to a struct or map entry of about 100 bytes, so a body
+// of "{}," repeated would otherwise allocate 30 to 60 times its size.
+type JSONLimits struct {
+	Depth   int // nesting of arrays and objects
+	Objects int // objects in all; 0: no limit
+	Keys    int // object keys in all; 0: no limit
+}
+
+// CheckJSON refuses JSON over the limits, scanning the bytes once without
+// allocating (strings are skipped, so brackets inside them do not count).
+// It does not validate the JSON.
+func CheckJSON(b []byte, lim JSONLimits) error {
+	depth, objects, keys := 0, 0, 0
 	inString := false
 	for i := 0; i < len(b); i++ {
 		c := b[i]
@@ -111,10 +121,21 @@ func CheckDepth(b []byte, max int) error {
 		switch c {
 		case '"':
 			inString = true
-		case '[', '{':
+		case ':':
+			keys++
+			if lim.Keys > 0 && keys > lim.Keys {
+				return fmt.Errorf("JSON with more than %d object keys", lim.Keys)
+			}
+		case '{':
+			objects++
+			if lim.Objects > 0 && objects > lim.Objects {
+				return fmt.Errorf("JSON with more than %d objects: more inputs, outputs or parameters than the model takes", lim.Objects)
+			}
+			fallthrough
+		case '[':
 			depth++
-			if depth > max {
-				return fmt.Errorf("JSON nested deeper than %d levels (at byte %d)", max, i)
+			if depth > lim.Depth {
+				return fmt.Errorf("JSON nested deeper than %d levels (at byte %d)", lim.Depth, i)
 			}
 		case ']', '}':
 			depth--
@@ -122,6 +143,9 @@ func CheckDepth(b []byte, max int) error {
 	}
 	return nil
 }
+
+// CheckDepth is CheckJSON with a depth limit only.
+func CheckDepth(b []byte, max int) error { return CheckJSON(b, JSONLimits{Depth: max}) }
 
 // InferRequest is the JSON part of a REST infer request.
 type InferRequest struct {
