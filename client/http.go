@@ -201,6 +201,11 @@ func EncodeHTTPInfer(req *InferRequest) (body []byte, headerLen int, err error) 
 	return body, len(head), nil
 }
 
+// responseLimits bound a response's JSON structure before it is decoded
+// (up to about 2,000 outputs with their parameters), so that what the
+// decoder allocates stays a small multiple of the body.
+var responseLimits = oip.JSONLimits{Depth: oip.MaxDepth, Objects: 4096, Keys: 65536}
+
 // DecodeHTTPInfer parses a REST infer response body. Each output's shape
 // is checked (non-negative, no overflow) and its element count against the
 // bytes that carry it before anything is allocated for it.
@@ -213,7 +218,7 @@ func DecodeHTTPInfer(body []byte, headerLen string) (*InferResponse, error) {
 		}
 		head, rest = body[:n], body[n:]
 	}
-	if err := oip.CheckDepth(head, oip.MaxDepth); err != nil {
+	if err := oip.CheckJSON(head, responseLimits); err != nil {
 		return nil, fmt.Errorf("malformed response: %w", err)
 	}
 	var jr oip.InferResponse
