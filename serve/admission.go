@@ -14,31 +14,36 @@ import (
 )
 
 // runEstimate is a moving average of how long one run of a model takes
-// (its batch's execution, from the start of the run to its answer), which
-// admission control uses to predict when a new request would be answered.
+// (its batch's execution, from the start of the run to its answer), and
+// of its deviation, which admission control uses to predict when a new
+// request would be answered (as TCP estimates a round trip: RFC 6298).
 type runEstimate struct {
 	mu   sync.Mutex
 	mean float64 // seconds; 0 until the first run
+	dev  float64 // mean absolute deviation, seconds
 }
 
-// observe adds one run's duration (exponential weight 1/8).
+// observe adds one run's duration (weights 1/8 and 1/4, as RFC 6298).
 func (e *runEstimate) observe(d time.Duration) {
 	if d <= 0 {
 		return
 	}
+	x := d.Seconds()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.mean == 0 {
-		e.mean = d.Seconds()
+		e.mean, e.dev = x, x/2
 		return
 	}
-	e.mean += (d.Seconds() - e.mean) / 8
+	e.dev += (math.Abs(x-e.mean) - e.dev) / 4
+	e.mean += (x - e.mean) / 8
 }
 
-func (e *runEstimate) get() float64 {
+// get returns the mean run time and its deviation, in seconds.
+func (e *runEstimate) get() (float64, float64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.mean
+	return e.mean, e.dev
 }
 
 // OverloadError says a request was refused at admission because the work
@@ -59,13 +64,15 @@ func (e *OverloadError) Error() string {
 // Is makes an overload match errs.ErrUnavailable (503).
 func (e *OverloadError) Is(target error) bool { return target == errs.ErrUnavailable }
 
-// admit refuses p when the server is busy (a run in every slot, or a
+// admit refuses a request with deadline ctx when the server is busy (a run in every slot, or a
 // queue) and the runs ahead of it, at the measured run time, would not
 // finish before its deadline. With a free slot and no queue it always
-// admits, so the estimate keeps being measured.
-func (s *Server) admit(m *model, p *pending, est *runEstimate) error {
-	t := est.get()
-	deadline, ok := p.ctx.Deadline()
+// admits, so the estimate keeps being measured. It runs before the
+// request is checked against the model, so that refusing costs little
+// when refusals are most of the traffic.
+func (s *Server) admit(m *model, ctx context.Context, est *runEstimate) error {
+	t, dev := est.get()
+	deadline, ok := ctx.Deadline()
 	if t == 0 || !ok {
 		return nil
 	}
@@ -79,27 +86,25 @@ func (s *Server) admit(m *model, p *pending, est *runEstimate) error {
 		return nil
 	}
 	// Runs in progress are on average half done; the request's own run
-	// follows the ones ahead.
+	// follows the ones ahead, and may take longer than the mean by twice
+	// the deviation.
 	waitRuns := (float64(ahead) + float64(inflight)/2) / float64(slots)
 	wait := time.Duration(waitRuns * t * float64(time.Second))
 	left := time.Until(deadline)
-	if wait+time.Duration(t*float64(time.Second)) <= left {
+	if wait+time.Duration((t+2*dev)*float64(time.Second)) <= left {
 		return nil
 	}
 	return &OverloadError{Model: m.name, Wait: wait, Deadline: left}
 }
 
-// runsAhead estimates the runs the queued live requests make: one each
+// runsAhead estimates the runs the queued requests make: one each
 // for requests that run alone, and the merged rows of the others in
 // batches of maxBatch.
 func (q *queue) runsAhead(maxBatch int) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	runs, rows := 0, 0
-	for _, p := range q.items {
-		if p.ctx.Err() != nil {
-			continue
-		}
+	for _, p := range q.items { // departed ones too: the batcher drops them, and reading contexts here costs more than it saves
 		if p.alone {
 			runs++
 		} else {

@@ -482,6 +482,16 @@ func (s *Server) infer(ctx context.Context, m *model, req *InferRequest, start t
 	if err != nil {
 		return nil, err
 	}
+	timeout := m.cfg.Timeout
+	if req.Timeout > 0 && req.Timeout < timeout {
+		timeout = req.Timeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	est := s.est[m]
+	if err := s.admit(m, ctx, est); err != nil {
+		return nil, err
+	}
 	p, err := m.prepare(req.Inputs)
 	if err != nil {
 		return nil, err
@@ -489,17 +499,7 @@ func (s *Server) infer(ctx context.Context, m *model, req *InferRequest, start t
 	if err := refuseEmpty(p.inputs); err != nil {
 		return nil, err
 	}
-	timeout := m.cfg.Timeout
-	if req.Timeout > 0 && req.Timeout < timeout {
-		timeout = req.Timeout
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	p.ctx, p.enq, p.done = ctx, start, make(chan result, 1)
-	est := s.est[m]
-	if err := s.admit(m, p, est); err != nil {
-		return nil, err
-	}
 	if !m.q.push(p) {
 		return nil, &QueueFullError{Model: m.name, Size: m.cfg.MaxQueueSize}
 	}
