@@ -1,6 +1,8 @@
 package serve
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -264,4 +266,47 @@ func TestJSONStructureBounded(t *testing.T) {
 			t.Fatalf("%s: %d bytes allocated for a %d-byte body (error %v)", name, got, len(body), err)
 		}
 	}
+}
+
+// readBody reserves what it reads in the in-flight budget: a body that
+// does not fit beside another request's is refused 503 (OverBudgetError),
+// one over the limit 413, and a lone request larger than the room left
+// by nothing is admitted (the budget is at least the largest request).
+func TestReadBodyBudget(t *testing.T) {
+	b := &byteBudget{max: 256 << 10}
+	other := &reservation{b: b}
+	if err := other.grow(200 << 10); err != nil {
+		t.Fatal(err)
+	}
+	mine := &reservation{b: b}
+	_, err := readBody(bytes.NewReader(make([]byte, 100<<10)), 1<<20, mine)
+	var ob *OverBudgetError
+	if !errors.As(err, &ob) {
+		t.Fatalf("a body beside a full budget: %v, want OverBudgetError", err)
+	}
+	if code, _ := status(err); code != 503 {
+		t.Fatalf("status %d, want 503", code)
+	}
+	mine.done()
+	other.done()
+	if b.inUse() != 0 {
+		t.Fatalf("%d bytes still reserved after both requests ended", b.inUse())
+	}
+	_, err = readBody(bytes.NewReader(make([]byte, 2<<20)), 1<<20, mine)
+	var tl *TooLargeError
+	if !errors.As(err, &tl) {
+		t.Fatalf("a body over the limit: %v, want TooLargeError", err)
+	}
+	if code, _ := status(err); code != 413 {
+		t.Fatalf("status %d, want 413", code)
+	}
+	mine.done()
+	body, err := readBody(bytes.NewReader(make([]byte, 300<<10)), 1<<20, mine)
+	if err != nil || len(body) != 300<<10 {
+		t.Fatalf("a lone body larger than the budget: %d bytes, %v", len(body), err)
+	}
+	if mine.held > 2*int64(len(body))+readChunk {
+		t.Fatalf("%d bytes reserved for a %d-byte body", mine.held, len(body))
+	}
+	mine.done()
 }

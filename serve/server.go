@@ -714,7 +714,7 @@ func outcome(err error) string {
 	var ob *OverBudgetError
 	var ol *OverloadError
 	if errors.As(err, &ob) || errors.As(err, &ol) {
-		return "queue_full" // refused at admission, as a full queue is
+		return "overloaded" // refused at admission: the byte budget, or a deadline the queue ahead would miss
 	}
 	switch code, _ := status(err); code {
 	case http.StatusBadRequest, http.StatusNotFound, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
