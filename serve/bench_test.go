@@ -221,6 +221,7 @@ func BenchmarkOverhead(b *testing.B) {
 //
 //  1. capacity: 32 callers in a closed loop for 5 s, no deadline: X
 //     requests/s, median latency L;
+//
 //  2. overload: requests arriving at 4·X per second for 5 s, each with a
 //     deadline D of three full-batch runs at capacity (3·8/X, at least
 //     20 ms): goodput G
