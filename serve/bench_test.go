@@ -220,13 +220,11 @@ func BenchmarkOverhead(b *testing.B) {
 // that the load generator takes little of the CPU):
 //
 //  1. capacity: 32 callers in a closed loop for 5 s, no deadline: X
-//     requests/s, median latency L;
-//
+//     requests/s;
 //  2. overload: requests arriving at 4·X per second for 5 s, each with a
 //     deadline D of three full-batch runs at capacity (3·8/X, at least
-//     20 ms): goodput G
-//     is the requests answered successfully within D, per second.
-//
+//     20 ms): goodput G is the requests answered successfully within D,
+//     per second;
 //  3. capacity again (X is the larger of the two measurements: on a shared
 //     machine the load of other work drifts between phases).
 //
