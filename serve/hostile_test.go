@@ -189,6 +189,7 @@ func TestHostileClients(t *testing.T) {
 	t.Run("1 GiB body", func(t *testing.T) { testHugeBody(t, ts.httpAddr, tokenA) })
 	t.Run("nested JSON", func(t *testing.T) { testNestedJSON(t, ts, auth) })
 	t.Run("1000 slow connections", func(t *testing.T) { testSlowConnections(t, ts.httpAddr, tokenA, 1000) })
+	t.Run("100 slow gRPC handshakes", func(t *testing.T) { testSlowGRPC(t, ts.grpcAddr, 100) })
 	t.Run("10000 idle connections", func(t *testing.T) { testIdleConnections(t, ts.httpAddr, hc, good, want) })
 
 	// Still answering, correctly, over both transports.
@@ -468,7 +469,9 @@ func testNestedJSON(t *testing.T, ts *testServer, auth map[string]string) {
 		"parameter": `{"parameters":{"a":` + deep + `},"inputs":[]}`,
 		"objects":   strings.Repeat(`{"a":`, 100000) + "1" + strings.Repeat("}", 100000),
 	} {
-		if status, _, msg := post(t, ts.httpAddr, "/v2/models/mlp/infer", []byte(body), auth); status != 400 || !strings.Contains(msg, "nested") {
+		// Nested objects pass the object count first.
+		if status, _, msg := post(t, ts.httpAddr, "/v2/models/mlp/infer", []byte(body), auth); status != 400 ||
+			!(strings.Contains(msg, "nested deeper") || strings.Contains(msg, "more than 10 objects")) {
 			t.Fatalf("%s: %d %q, want 400 naming the nesting", name, status, msg)
 		}
 	}
@@ -525,6 +528,51 @@ func testSlowConnections(t *testing.T, addr, token string, n int) {
 	wg.Wait()
 	if got := cut.Load(); got != int64(n) {
 		t.Fatalf("%d of %d slow connections were cut off before sending %d bytes", got, n, maxBytes)
+	}
+}
+
+// n connections to the gRPC port trickling the HTTP/2 preface a byte a
+// second are cut off by the connection timeout (the read header timeout,
+// 1 s here). Once a gRPC connection is set up, grpc-go has no timeout on
+// receiving one message: the keepalive and idle limits apply instead.
+func testSlowGRPC(t *testing.T, addr string, n int) {
+	preface := "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+	var cut atomic.Int64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer conn.Close()
+			closed := make(chan struct{})
+			go func() {
+				_, _ = io.Copy(io.Discard, conn)
+				close(closed)
+			}()
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for k := 0; k < len(preface); k++ {
+				if _, err := conn.Write([]byte{preface[k]}); err != nil {
+					cut.Add(1)
+					return
+				}
+				select {
+				case <-closed:
+					cut.Add(1)
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := cut.Load(); got != int64(n) {
+		t.Fatalf("%d of %d slow gRPC connections were cut off before their preface was sent", got, n)
 	}
 }
 
