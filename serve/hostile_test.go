@@ -213,7 +213,9 @@ func TestHostileClients(t *testing.T) {
 	runtime.GC()
 	debug.FreeOSMemory()
 	bound := int64(hostileMaxInflight) + 128<<20
-	if grew := residentBytes(t) - rssBefore; grew > bound {
+	if raceEnabled {
+		t.Log("resident memory not checked under the race detector: its shadow memory is several times the heap")
+	} else if grew := residentBytes(t) - rssBefore; grew > bound {
 		t.Fatalf("resident memory grew by %s over the hostile suite, over the bound of %s", mib(grew), mib(bound))
 	} else {
 		t.Logf("resident memory grew by %s (bound %s)", mib(grew), mib(bound))
