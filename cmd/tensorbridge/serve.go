@@ -86,6 +86,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if *tlsClientCA != "" && *tlsCert == "" {
 			return usageErr("--tls-client-ca needs --tls-cert and --tls-key: mutual TLS runs over TLS")
 		}
+		if (*tlsCert == "") != (*tlsKey == "") {
+			return usageErr("--tls-cert and --tls-key go together")
+		}
 		if tlsCfg, err = serve.TLSConfig(*tlsCert, *tlsKey, *tlsClientCA); err != nil {
 			return err
 		}
