@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http/httptest"
 	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -309,4 +311,26 @@ func TestReadBodyBudget(t *testing.T) {
 		t.Fatalf("%d bytes reserved for a %d-byte body", mine.held, len(body))
 	}
 	mine.done()
+}
+
+// Refusals for load say when to retry; a 413 closes the connection (the
+// rest of the body is not read).
+func TestRetryAfter(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		status int
+		header string
+	}{
+		{&OverloadError{Model: "m", Wait: 2500 * time.Millisecond, Deadline: time.Second}, 503, "3"},
+		{&OverBudgetError{Need: 1, InUse: 2, Max: 2}, 503, "1"},
+		{&QueueFullError{Model: "m", Size: 4}, 503, "1"},
+		{&TooLargeError{Limit: 1, Got: 2}, 413, ""},
+		{&UnauthenticatedError{Reason: "missing"}, 401, ""},
+	} {
+		rec := httptest.NewRecorder()
+		writeErr(rec, c.err)
+		if rec.Code != c.status || rec.Header().Get("Retry-After") != c.header {
+			t.Fatalf("%T: %d Retry-After %q; want %d %q", c.err, rec.Code, rec.Header().Get("Retry-After"), c.status, c.header)
+		}
+	}
 }
