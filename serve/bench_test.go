@@ -222,7 +222,7 @@ func BenchmarkOverhead(b *testing.B) {
 //  1. capacity: 32 callers in a closed loop for 5 s, no deadline: X
 //     requests/s;
 //  2. overload: requests arriving at 4·X per second for 5 s, each with a
-//     deadline D of three full-batch runs at capacity (3·8/X, at least
+//     deadline D of ten full-batch runs at capacity (10·8/X, at least
 //     20 ms): goodput G is the requests answered successfully within D,
 //     per second;
 //  3. capacity again (X is the larger of the two measurements: on a shared
@@ -251,12 +251,15 @@ func BenchmarkGoodput(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		x, median := capacity(b, ts.s, inputs, 32, phase)
 		_ = median
-		// Three full-batch runs at capacity: short against the 1,024
-		// requests the queue holds, long enough for a request to wait
-		// for the run ahead of it and then run.
-		// At least 20 ms, above the scheduling noise of a loaded machine.
-		deadline := max(time.Duration(3*8/x*float64(time.Second)), 20*time.Millisecond)
+		// Ten full-batch runs at capacity: short against the 1,024
+		// requests (128 runs) the queue holds, long enough for a request
+		// to wait for a few runs ahead of it on a machine whose run times
+		// vary. At least 20 ms, above the scheduling noise of a loaded
+		// machine.
+		deadline := max(time.Duration(10*8/x*float64(time.Second)), 20*time.Millisecond)
+		runs0, rows0 := histogramB(b, ts.s, "bert_tiny")
 		res := overload(b, ts.s, inputs, 4*x, deadline, phase)
+		runs1, rows1 := histogramB(b, ts.s, "bert_tiny")
 		// Capacity again after the overload: on a shared machine the
 		// load of other work drifts, so G is compared with the larger.
 		x2, _ := capacity(b, ts.s, inputs, 32, phase)
@@ -266,8 +269,8 @@ func BenchmarkGoodput(b *testing.B) {
 		b.ReportMetric(g, "goodput_req/s")
 		b.ReportMetric(g/x, "goodput/capacity")
 		b.ReportMetric(float64(deadline.Microseconds())/1000, "deadline_ms")
-		b.Logf("capacity %.0f req/s (median %s); at %.0f req/s with a %s deadline: %d sent, %d in time, %d late, %d refused at admission or a full queue (503), %d timed out, %d other errors; goodput %.0f req/s = %.2f of capacity",
-			x, median, 4*x, deadline, res.sent, res.good, res.late, res.refused, res.timeout, res.other, g, g/x)
+		b.Logf("capacity %.0f req/s (median %s); at %.0f req/s with a %s deadline: %d sent, %d in time, %d late, %d refused at admission or a full queue (503), %d timed out, %d other errors; %d runs of %.1f rows; goodput %.0f req/s = %.2f of capacity",
+			x, median, 4*x, deadline, res.sent, res.good, res.late, res.refused, res.timeout, res.other, runs1-runs0, (rows1-rows0)/float64(max(runs1-runs0, 1)), g, g/x)
 	}
 }
 
