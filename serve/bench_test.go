@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -216,14 +218,15 @@ func BenchmarkOverhead(b *testing.B) {
 // BenchmarkGoodput measures what the server answers in time under 4×
 // overload with short deadlines, against its throughput at capacity.
 // bert_tiny (sequence 16), one replica, batching up to 8 rows with a 1 ms
-// queue delay, one-row requests through Server.Infer (no network, so
-// that the load generator takes little of the CPU):
+// queue delay, one-row requests (GOODPUT_ROWS=n: n rows each) through
+// Server.Infer (no network, so that the load generator takes little of
+// the CPU):
 //
 //  1. capacity: 32 callers in a closed loop for 5 s, no deadline: X
 //     requests/s;
 //  2. overload: requests arriving at 4·X per second for 5 s, each with a
-//     deadline D of ten full-batch runs at capacity (10·8/X, at least
-//     20 ms): goodput G is the requests answered successfully within D,
+//     deadline D of ten full-batch runs at capacity (10·8/(rows·X), at
+//     least 20 ms): goodput G is the requests answered successfully within D,
 //     per second;
 //  3. capacity again (X is the larger of the two measurements: on a shared
 //     machine the load of other work drifts between phases).
@@ -237,7 +240,11 @@ func BenchmarkGoodput(b *testing.B) {
 	backend := openBackend(b, batchBuckets(b, "batch=1,2,4,8;sequence=16"))
 	ts := startServer(b, backend, serve.ModelConfig{MaxQueueDelay: time.Millisecond, MaxBatch: 8}, 1, "bert_tiny")
 	ref := loadReference(b, "bert_tiny", 2, 2)
-	in, _ := ref.batch(0, 1)
+	rows := 1
+	if r, err := strconv.Atoi(os.Getenv("GOODPUT_ROWS")); err == nil && r > 0 {
+		rows = r
+	}
+	in, _ := ref.batch(0, rows)
 	var inputs []serve.Tensor
 	for _, t := range in {
 		dt := map[string]ir.DType{"INT64": ir.Int64, "FP32": ir.Float32, "INT32": ir.Int32}[t.Datatype]
@@ -256,7 +263,7 @@ func BenchmarkGoodput(b *testing.B) {
 		// to wait for a few runs ahead of it on a machine whose run times
 		// vary. At least 20 ms, above the scheduling noise of a loaded
 		// machine.
-		deadline := max(time.Duration(10*8/x*float64(time.Second)), 20*time.Millisecond)
+		deadline := max(time.Duration(10*8/float64(rows)/x*float64(time.Second)), 20*time.Millisecond)
 		runs0, rows0 := histogramB(b, ts.s, "bert_tiny")
 		res := overload(b, ts.s, inputs, 4*x, deadline, phase)
 		runs1, rows1 := histogramB(b, ts.s, "bert_tiny")
