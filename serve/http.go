@@ -171,7 +171,7 @@ func decodeHTTPInfer(body []byte, headerLen string, specs *inputSpecs) (req *Inf
 	if headerLen != "" {
 		n, err := strconv.Atoi(headerLen)
 		if err != nil || n < 0 || n > len(body) {
-			return nil, nil, 0, badRequest("header %s: %q is not a length within the %d-byte body", oip.HeaderInferenceLength, clip(headerLen), len(body))
+			return nil, nil, 0, badRequest("header %s: %q is not a length within the %d-byte body", oip.HeaderInferenceLength, oip.Clip(headerLen), len(body))
 		}
 		jsonPart, rest = body[:n], body[n:]
 	}
@@ -252,14 +252,6 @@ func decodeHTTPInfer(body []byte, headerLen string, specs *inputSpecs) (req *Inf
 		return nil, nil, 0, badRequest("%d bytes after the JSON header that no input's binary_data_size accounts for", len(rest))
 	}
 	return req, wire, decoded, nil
-}
-
-// clip shortens a client's value echoed in an error message to 64 bytes.
-func clip(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
-	}
-	return s
 }
 
 // writeHTTPInfer writes the JSON response, followed by the binary outputs

@@ -46,7 +46,7 @@ func (c *inputSpecs) check(name, datatype string, shape []int64) (ir.DType, []in
 	k := slices.IndexFunc(c.specs, func(s tensorbridge.ValueSpec) bool { return s.Name == name })
 	if k < 0 {
 		return ir.InvalidDType, nil, 0, &errs.InputError{Name: name, Problem: "name",
-			Expected: "an input of model " + c.model + ": " + specNames(c.specs), Got: fmt.Sprintf("unknown input %q", name)}
+			Expected: "an input of model " + c.model + ": " + specNames(c.specs), Got: fmt.Sprintf("unknown input %q", oip.Clip(name))}
 	}
 	spec := c.specs[k]
 	dt, err := parseDatatype(name, datatype)

@@ -54,6 +54,15 @@ func ElemSize(datatype string) (int, bool) {
 	return n, ok
 }
 
+// Clip shortens a client's value echoed in an error message to 64 bytes,
+// so that an error never grows with what a client sent.
+func Clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
 // MaxElements bounds the element count of any tensor on the wire (2^40).
 // Together with the byte counts the decoders check, it keeps every size
 // computed from a client's shape far from overflow.
@@ -295,7 +304,7 @@ func (p Parameters) Bool(name string) (bool, bool, error) {
 func DecodeJSONData(data []byte, datatype string, n int) ([]byte, error) {
 	size, ok := ElemSize(datatype)
 	if !ok {
-		return nil, fmt.Errorf("datatype %q cannot be sent as JSON data", datatype)
+		return nil, fmt.Errorf("datatype %q cannot be sent as JSON data", Clip(datatype))
 	}
 	// Each element takes at least one byte and all but the last a
 	// separator: a shape claiming more than the data can hold is refused
@@ -420,7 +429,7 @@ func appendElement(out []byte, datatype, tok string) ([]byte, error) {
 		}
 		return le.AppendUint64(out, math.Float64bits(v)), nil
 	}
-	return nil, fmt.Errorf("datatype %q cannot be sent as JSON data", datatype)
+	return nil, fmt.Errorf("datatype %q cannot be sent as JSON data", Clip(datatype))
 }
 
 // BFloat16Bits rounds f to bfloat16, to nearest with ties to even (NaN
@@ -438,7 +447,7 @@ func BFloat16Bits(f float32) uint16 {
 func AppendJSONData(dst []byte, datatype string, data []byte) ([]byte, error) {
 	size, ok := ElemSize(datatype)
 	if !ok {
-		return nil, fmt.Errorf("datatype %q cannot be written as JSON data", datatype)
+		return nil, fmt.Errorf("datatype %q cannot be written as JSON data", Clip(datatype))
 	}
 	if len(data)%size != 0 {
 		return nil, fmt.Errorf("%d bytes is not a whole number of %s elements", len(data), datatype)
