@@ -139,7 +139,7 @@ func checkRaw(name, datatype string, shape []int64, got int) error {
 	}
 	elem, ok := oip.ElemSize(datatype)
 	if !ok {
-		return fmt.Errorf("output %q: datatype %q is not one the client decodes", name, datatype)
+		return fmt.Errorf("output %q: datatype %q is not one the client decodes", oip.Clip(name), oip.Clip(datatype))
 	}
 	if want := int64(n) * int64(elem); int64(got) != want {
 		return fmt.Errorf("output %q: %d raw bytes, but shape %v of %s takes %d", name, got, shape, datatype, want)

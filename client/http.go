@@ -214,7 +214,7 @@ func DecodeHTTPInfer(body []byte, headerLen string) (*InferResponse, error) {
 	if headerLen != "" {
 		n, err := strconv.Atoi(headerLen)
 		if err != nil || n < 0 || n > len(body) {
-			return nil, fmt.Errorf("response header %s %q is not a length within the %d-byte body", oip.HeaderInferenceLength, headerLen, len(body))
+			return nil, fmt.Errorf("response header %s %q is not a length within the %d-byte body", oip.HeaderInferenceLength, oip.Clip(headerLen), len(body))
 		}
 		head, rest = body[:n], body[n:]
 	}
@@ -234,7 +234,7 @@ func DecodeHTTPInfer(body []byte, headerLen string) (*InferResponse, error) {
 		}
 		elem, known := oip.ElemSize(o.Datatype)
 		if !known {
-			return nil, fmt.Errorf("output %q: datatype %q is not one the client decodes", o.Name, o.Datatype)
+			return nil, fmt.Errorf("output %q: datatype %q is not one the client decodes", oip.Clip(o.Name), oip.Clip(o.Datatype))
 		}
 		if size, ok, err := o.Parameters.Int(oip.ParamBinarySize); err != nil {
 			return nil, fmt.Errorf("output %q: %w", o.Name, err)
