@@ -59,14 +59,14 @@ func (t *nodeTrace) ownerOf(id int) int {
 	return t.owner[id]
 }
 
-// gradientWrong lists the ONNX ops whose gradient, as the importer builds
+// GradientWrong lists the ONNX ops whose gradient, as the importer builds
 // them, disagrees with finite differences (gradcheck_test.go measures it
 // over the ONNX node tests; testdata/gradcheck-golden.txt holds the
 // result), with the reason. CheckGradients refuses a model that trains
 // through one of them. It is empty: every op the node tests cover either
 // passes or has no gradient at all (and is refused as such). Only tests
 // write it, and never while CheckGradients runs.
-var gradientWrong = map[string]string{}
+var GradientWrong = map[string]string{}
 
 // CheckGradients says whether reverse-mode autodiff can differentiate the
 // plan's outputs with respect to the named parameters: the plan's inputs
@@ -77,7 +77,7 @@ var gradientWrong = map[string]string{}
 //
 // The first ONNX node on the differentiated path that has no gradient
 // (graph.Gradient panics building its VJP, or the VJP needs an op e does
-// not have) or whose gradient is listed in gradientWrong comes back as an
+// not have) or whose gradient is listed in GradientWrong comes back as an
 // *errs.UnsupportedError whose Name is the ONNX op type and whose Detail
 // names the node. A name in wrt that is not a floating-point parameter of
 // the plan is an *errs.InputError. Other build failures come back as
@@ -126,7 +126,7 @@ func (p *Plan) CheckGradients(e ir.Engine, wrt []string) (err error) {
 	}
 	path := newGradPath(g, loss, wrtNodes, tr)
 	for _, k := range path.onnxNodes() {
-		if why, wrong := gradientWrong[tr.nodes[k].op]; wrong {
+		if why, wrong := GradientWrong[tr.nodes[k].op]; wrong {
 			return gradUnsupported(tr.nodes[k], "its gradient is wrong: "+why, nil)
 		}
 	}

@@ -131,7 +131,7 @@ func dilatedPoolModel(poolFirst bool) *onnxpb.Model {
 }
 
 // TestCheckGradientsRefuses: an op without a gradient, one listed in
-// gradientWrong, and a bad wrt name are refused with the op and node named,
+// GradientWrong, and a bad wrt name are refused with the op and node named,
 // wherever the op sits in the model. (Fault injected once: with
 // gradPath.blame's per-node check disabled, the first two cases fail,
 // naming "graph" instead of the MaxPool node.)
@@ -149,7 +149,7 @@ func TestCheckGradientsRefuses(t *testing.T) {
 		plan     *Plan
 		wrt      []string
 		op, node string
-		inject   string // an op to list in gradientWrong for the case
+		inject   string // an op to list in GradientWrong for the case
 	}{
 		{"no gradient, last", plan(dilatedPoolModel(false)), []string{"X"}, "MaxPool", "dilated_pool", ""},
 		{"no gradient, first", plan(dilatedPoolModel(true)), []string{"X"}, "MaxPool", "dilated_pool", ""},
@@ -158,8 +158,8 @@ func TestCheckGradientsRefuses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.inject != "" {
-				gradientWrong[tc.inject] = "injected by the test"
-				defer delete(gradientWrong, tc.inject)
+				GradientWrong[tc.inject] = "injected by the test"
+				defer delete(GradientWrong, tc.inject)
 			}
 			err := tc.plan.CheckGradients(eng, tc.wrt)
 			var ue *errs.UnsupportedError
