@@ -372,6 +372,9 @@ func planTrainOne(ctx context.Context, p *onnx.Plan, s stepSpec, o Options, t Tr
 	if err != nil {
 		return nil, err
 	}
+	if text, err = donate(text, l.Donated); err != nil {
+		return nil, err
+	}
 	opts := capi.CompileOptions{NumReplicas: 1, NumPartitions: n, DeviceAssignment: [][]int{top.ids[:n]}}
 	if n > 1 {
 		opts.UseSPMDPartitioning, opts.UseShardyPartitioner = true, true

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/gomlx/gomlx/pkg/core/distributed"
@@ -56,6 +57,10 @@ type stepLayout struct {
 	Notes          []string        // weights that could not be split, and why
 	Splits         map[string]Plan // per weight, for tests
 	SplitsPerShard map[string]int  // per weight, how many ways it is split
+	// Donated maps a parameter's position to the output that updates it
+	// (the weights and optimizer state): the step donates their buffers,
+	// as a training loop does, so the compiler aliases them.
+	Donated map[int]int
 }
 
 // Plan aliases shard.Plan for the layout's splits.
@@ -149,20 +154,26 @@ func buildStep(g *ir.Graph, p *onnx.Plan, s stepSpec) (l *stepLayout, err error)
 		}
 		return sp
 	}
-	l = &stepLayout{Splits: map[string]Plan{}, SplitsPerShard: map[string]int{}}
+	l = &stepLayout{Splits: map[string]Plan{}, SplitsPerShard: map[string]int{}, Donated: map[int]int{}}
+	nparams := 0 // parameters declared so far: the next one's position
+	param := func(name string, sh ir.Shape, sp *distributed.ShardingSpec) *ir.Node {
+		nparams++
+		return graph.ShardedParameter(g, name, sh, sp)
+	}
 	slots := optimizerSlots(s.Optimizer)
 	nodes := map[string]*ir.Node{}
 	type trained struct {
 		name   string
 		master *ir.Node
 		state  []*ir.Node
+		pos    []int // parameter positions of master and state
 		spec   *distributed.ShardingSpec
 	}
 	var ws []trained
 	for _, w := range p.Weights() {
 		if !w.Shape.DType.IsFloat() {
 			l.Frozen++
-			nodes[w.Name] = graph.ShardedParameter(g, w.Name, w.Shape, spec(make(shard.Plan, w.Shape.Rank())))
+			nodes[w.Name] = param(w.Name, w.Shape, spec(make(shard.Plan, w.Shape.Rank())))
 			continue
 		}
 		pl, note := weightSplit(w.Name, w.Shape.Dimensions, s)
@@ -179,17 +190,19 @@ func buildStep(g *ir.Graph, p *onnx.Plan, s stepSpec) (l *stepLayout, err error)
 		l.Trainable++
 		l.Params += int64(master.Size())
 		t := trained{name: w.Name, spec: spec(pl)}
-		t.master = graph.ShardedParameter(g, w.Name, master, t.spec)
+		t.pos = append(t.pos, nparams)
+		t.master = param(w.Name, master, t.spec)
 		for k := 0; k < slots; k++ {
-			t.state = append(t.state, graph.ShardedParameter(g, fmt.Sprintf("%s.%s", w.Name, slotNames(s.Optimizer)[k]), master, t.spec))
+			t.pos = append(t.pos, nparams)
+			t.state = append(t.state, param(fmt.Sprintf("%s.%s", w.Name, slotNames(s.Optimizer)[k]), master, t.spec))
 		}
 		nodes[w.Name] = graph.ConvertDType(t.master, w.Shape.DType)
 		ws = append(ws, t)
 	}
-	step := graph.Parameter(g, "step", ir.MakeShape(ir.Float32))
+	step := param("step", ir.MakeShape(ir.Float32), nil)
 	dataN := s.Mesh.Data
 	for _, in := range p.Params() {
-		nodes[in.Name] = graph.ShardedParameter(g, in.Name, in.Shape, spec(shard.Batch(in.Shape.Dimensions, dataN)))
+		nodes[in.Name] = param(in.Name, in.Shape, spec(shard.Batch(in.Shape.Dimensions, dataN)))
 		l.BatchPerDev += perDevice(in.Shape, dataN)
 	}
 	built, err := p.Build(g, nodes)
@@ -215,9 +228,8 @@ func buildStep(g *ir.Graph, p *onnx.Plan, s stepSpec) (l *stepLayout, err error)
 	specs := []*distributed.ShardingSpec{spec(nil)}
 	for i, t := range ws {
 		nw, ns := update(s.Optimizer, t.master, grads[i], t.state, step)
-		outs = append(outs, nw)
-		specs = append(specs, t.spec)
-		for _, x := range ns {
+		for k, x := range append([]*ir.Node{nw}, ns...) {
+			l.Donated[t.pos[k]] = len(outs)
 			outs = append(outs, x)
 			specs = append(specs, t.spec)
 		}
@@ -392,4 +404,75 @@ func sgdUpdate(o train.Optimizer, w, gr *ir.Node, state []*ir.Node) (*ir.Node, [
 	}
 	buf := graph.Add(graph.Mul(state[0], c(o.Momentum)), gr)
 	return graph.Sub(w, graph.Mul(buf, c(o.LR))), []*ir.Node{buf}
+}
+
+// donate marks parameters of the main function of a StableHLO module as
+// donated to outputs (param position -> output index) with the
+// tf.aliasing_output attribute, which XLA turns into the module's
+// input/output aliasing: the compiler then reuses the weights' and
+// optimizer state's buffers for their updates instead of allotting new
+// ones, as a training loop that donates them gets. The arguments are
+// found by scanning main's signature at bracket depth 0.
+func donate(text []byte, donated map[int]int) ([]byte, error) {
+	start := bytes.Index(text, []byte("func.func @main("))
+	if start < 0 {
+		return nil, fmt.Errorf("plan: no main function in the step's text")
+	}
+	i := start + len("func.func @main(")
+	type arg struct{ end int } // index just after the argument's text
+	var args []arg
+	depth := 0
+	for ; i < len(text); i++ {
+		switch c := text[i]; c {
+		case '<', '{', '[', '(':
+			depth++
+		case '>', '}', ']':
+			depth--
+		case ')':
+			if depth == 0 {
+				args = append(args, arg{end: i})
+				goto done
+			}
+			depth--
+		case ',':
+			if depth == 0 {
+				args = append(args, arg{end: i})
+			}
+		}
+	}
+	return nil, fmt.Errorf("plan: main's signature does not end")
+done:
+	out := make([]byte, 0, len(text)+40*len(donated))
+	prev := 0
+	for k, a := range args {
+		o, ok := donated[k]
+		if !ok {
+			continue
+		}
+		attr := fmt.Sprintf("tf.aliasing_output = %d : i32", o)
+		seg := text[prev:a.end]
+		trimmed := bytes.TrimRight(seg, " ")
+		if bytes.HasSuffix(trimmed, []byte("}")) {
+			// An attribute dictionary "{ sdy.sharding = ... }": add to it.
+			open := bytes.LastIndex(trimmed, []byte(": tensor<"))
+			brace := bytes.IndexByte(trimmed[max(0, open):], '{')
+			if open < 0 || brace < 0 {
+				return nil, fmt.Errorf("plan: cannot read argument %d of main", k)
+			}
+			at := open + brace + 1
+			out = append(out, seg[:at]...)
+			out = append(out, " "+attr+","...)
+			out = append(out, seg[at:]...)
+		} else {
+			out = append(out, trimmed...)
+			out = append(out, " {"+attr+"}"...)
+		}
+		prev = a.end
+	}
+	for k := range donated {
+		if k >= len(args) {
+			return nil, fmt.Errorf("plan: donated parameter %d of %d", k, len(args))
+		}
+	}
+	return append(out, text[prev:]...), nil
 }
