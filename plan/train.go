@@ -165,6 +165,33 @@ func (t TrainOptions) defaults() (TrainOptions, error) {
 	return t, nil
 }
 
+// batchDims returns dims with the global batch as the size of the first
+// input's leading dimension: its symbolic name ("batch" in the generated
+// models), or, when that dimension is fixed, a check that it is the batch.
+func batchDims(m *onnx.Model, dims map[string]int, batch int) (map[string]int, error) {
+	out := map[string]int{}
+	for k, v := range dims {
+		out[k] = v
+	}
+	ins := m.Inputs()
+	if len(ins) == 0 || len(ins[0].Dims) == 0 {
+		return nil, &errs.Error{Kind: errs.InvalidArgument, Op: "plan",
+			Err: fmt.Errorf("plan: --train needs a model whose first input has a leading batch dimension")}
+	}
+	in := ins[0]
+	switch d := in.Dims[0]; {
+	case d.Param != "":
+		out[d.Param] = batch
+	case d.Value < 0:
+		return nil, &errs.Error{Kind: errs.InvalidArgument, Op: "plan",
+			Err: fmt.Errorf("plan: input %q has an unnamed leading dimension: --batch cannot size it", in.Name)}
+	case d.Value != batch:
+		return nil, &errs.Error{Kind: errs.InvalidArgument, Op: "plan",
+			Err: fmt.Errorf("plan: input %q has a fixed batch dimension of %d; --batch is %d", in.Name, d.Value, batch)}
+	}
+	return out, nil
+}
+
 // openSlice opens the slice's topology (a TPU slice through libtpu, or a
 // GPU one through the CUDA plugin), as Run does.
 func openSlice(ctx context.Context, name string) (catalog.Slice, catalog.Accelerator, *topology, error) {
@@ -199,12 +226,9 @@ func RunTrain(ctx context.Context, m *onnx.Model, o Options, t TrainOptions) (*T
 	if err != nil {
 		return nil, err
 	}
-	dims := map[string]int{}
-	for k, v := range o.Dims {
-		dims[k] = v
+	if o.Dims, err = batchDims(m, o.Dims, t.Batch); err != nil {
+		return nil, err
 	}
-	dims["batch"] = t.Batch
-	o.Dims = dims
 	sl, acc, top, err := openSlice(ctx, o.Slice)
 	if err != nil {
 		return nil, err
