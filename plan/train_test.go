@@ -3,11 +3,14 @@ package plan
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/tensorbridge/tensorbridge/errs"
+	"github.com/tensorbridge/tensorbridge/internal/capi"
 	"github.com/tensorbridge/tensorbridge/modelgen"
 	"github.com/tensorbridge/tensorbridge/onnx"
 	"github.com/tensorbridge/tensorbridge/train"
@@ -211,4 +214,32 @@ func TestPlanTrainLlama(t *testing.T) {
 		t.Errorf("fsdp v5e-32: %.4g FLOPs, want about 6 x params x tokens = %.4g", r.Flops, 6*float64(params)*32*512)
 	}
 	fmt.Println(r.FitReason)
+}
+
+// A compile is out of memory by its error code, never by its text: an
+// INTERNAL error whose message reads like libtpu's OOM is not one, a
+// RESOURCE_EXHAUSTED error with any message is (libtpu's real refusal is
+// exercised by TestPlanDoesNotFit, which passes through this function).
+func TestOutOfMemoryByCode(t *testing.T) {
+	cases := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"resource exhausted", &capi.Error{Code: capi.CodeResourceExhausted, Func: "PJRT_Compile", Message: "anything"}, true},
+		{"wrapped", fmt.Errorf("plan: compiling: %w", &capi.Error{Code: capi.CodeResourceExhausted}), true},
+		{"tensorbridge out of memory", &errs.OutOfMemoryError{Needed: 2, Available: 1}, true},
+		{"internal with OOM text", &capi.Error{Code: capi.CodeInternal, Message: "RESOURCE_EXHAUSTED: CompileTimeHbmOom: Used 20G of 16G hbm"}, false},
+		{"plain text", errors.New("RESOURCE_EXHAUSTED HbmOom"), false},
+	}
+	for _, tc := range cases {
+		if got := outOfMemory(tc.err); got != tc.want {
+			t.Errorf("%s: outOfMemory = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// The need and capacity come from the message once classified.
+	reason, need := oomReason(&capi.Error{Code: capi.CodeResourceExhausted, Message: "Ran out of memory: the total memory required for HLO temporaries (18.47G) exceeds available HBM (15.75G)."})
+	if want := 18.47 * (1 << 30); float64(need) != float64(int64(want)) || !strings.Contains(reason, "needs 18.47G of 15.75G") {
+		t.Errorf("oomReason: %q, %d", reason, need)
+	}
 }
