@@ -351,6 +351,7 @@ func ruleOut(p *onnx.Plan, s stepSpec, o Options, t TrainOptions, sl catalog.Sli
 		fmtBytes(w), fmtBytes(w), t.Optimizer.Kind, fmtBytes(opt), fmtBytes(need), fmtBytes(top.hbm))
 	r.Notes = append(r.Notes, "peak is a lower bound from the arithmetic: the step was not compiled")
 	finishTrain(r, acc, o)
+	r.Bound = "" // no FLOPs or bytes: no roofline
 	return r
 }
 
