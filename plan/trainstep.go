@@ -47,24 +47,20 @@ func optimizerSlots(o train.Optimizer) int {
 // stepLayout is how a training step was laid out over the mesh, with the
 // per-device bytes the arithmetic gives for it.
 type stepLayout struct {
-	Trainable      int             // tensors trained
-	Params         int64           // parameters trained
-	Frozen         int             // weight parameters not trained (not floating point)
-	WeightsPerDev  int64           // float32 master weights on one device
-	OptimPerDev    int64           // optimizer state on one device
-	BatchPerDev    int64           // inputs and labels on one device
-	WeightsTotal   int64           // float32 master weights, unsplit
-	Notes          []string        // weights that could not be split, and why
-	Splits         map[string]Plan // per weight, for tests
-	SplitsPerShard map[string]int  // per weight, how many ways it is split
+	Trainable     int                   // tensors trained
+	Params        int64                 // parameters trained
+	Frozen        int                   // weight parameters not trained (not floating point)
+	WeightsPerDev int64                 // float32 master weights on one device
+	OptimPerDev   int64                 // optimizer state on one device
+	BatchPerDev   int64                 // inputs and labels on one device
+	WeightsTotal  int64                 // float32 master weights, unsplit
+	Notes         []string              // weights that could not be split, and why
+	Splits        map[string]shard.Plan // per trained weight
 	// Donated maps a parameter's position to the output that updates it
 	// (the weights and optimizer state): the step donates their buffers,
 	// as a training loop does, so the compiler aliases them.
 	Donated map[int]int
 }
-
-// Plan aliases shard.Plan for the layout's splits.
-type Plan = shard.Plan
 
 // fsdpSplit returns the split of a weight over the data axis for FSDP:
 // its largest dimension that n divides (the first such on a tie), or
@@ -154,7 +150,7 @@ func buildStep(g *ir.Graph, p *onnx.Plan, s stepSpec) (l *stepLayout, err error)
 		}
 		return sp
 	}
-	l = &stepLayout{Splits: map[string]Plan{}, SplitsPerShard: map[string]int{}, Donated: map[int]int{}}
+	l = &stepLayout{Splits: map[string]shard.Plan{}, Donated: map[int]int{}}
 	nparams := 0 // parameters declared so far: the next one's position
 	param := func(name string, sh ir.Shape, sp *distributed.ShardingSpec) *ir.Node {
 		nparams++
@@ -181,7 +177,7 @@ func buildStep(g *ir.Graph, p *onnx.Plan, s stepSpec) (l *stepLayout, err error)
 			l.Notes = append(l.Notes, note)
 		}
 		ways := shardsOf(pl, s.Mesh)
-		l.Splits[w.Name], l.SplitsPerShard[w.Name] = pl, ways
+		l.Splits[w.Name] = pl
 		master := ir.MakeShape(ir.Float32, w.Shape.Dimensions...)
 		bytes := int64(master.Memory())
 		l.WeightsTotal += bytes
