@@ -200,8 +200,10 @@ func TestPlanTrainLlama(t *testing.T) {
 
 	// v5e-32 under fsdp: every 7B tensor has a dimension 32 divides, so
 	// each device holds 1/32 of the weights and state. The compiler's
-	// arguments less the batch match 12 x params / 32 within 0.5%
-	// (measured: see the log; TPU tiling of [4096] vectors adds little).
+	// arguments less the batch match 12 x params / 32 = 2526905856 within
+	// 2e-6 (measured with libtpu 0.0.52, the pinned wheel:
+	// 2526906364, 508 bytes over, 2.0e-7). At batch 32 x 512 tokens the
+	// step fits (measured peak 10.78 GiB + 617 MiB code of 15.75 GiB).
 	r, err = RunTrain(context.Background(), m, Options{Slice: "v5e-32", Strategy: "fsdp", Dims: map[string]int{"sequence": 512}}, TrainOptions{Batch: 32})
 	if err != nil {
 		t.Fatal(err)
@@ -212,13 +214,17 @@ func TestPlanTrainLlama(t *testing.T) {
 	if got := d.WeightsBytes + d.OptimizerBytes; got != want {
 		t.Errorf("fsdp v5e-32: weights + optimizer state %d, want %d", got, want)
 	}
-	if got := float64(d.StateArgumentBytes); got < float64(want) || got > float64(want)*1.005 {
-		t.Errorf("fsdp v5e-32: the compiler's arguments less the batch: %d, want %d within 0.5%%", d.StateArgumentBytes, want)
+	if got := float64(d.StateArgumentBytes); got < float64(want) || got > float64(want)*(1+2e-6) {
+		t.Errorf("fsdp v5e-32: the compiler's arguments less the batch: %d, want %d within 2e-6", d.StateArgumentBytes, want)
 	}
+	if !r.Fits || d.AliasBytes < want {
+		t.Errorf("fsdp v5e-32: fits %v (%s), aliased %d bytes, want the %d of weights and state", r.Fits, r.FitReason, d.AliasBytes, want)
+	}
+	// FLOPs: at least forward 2 + backward 4 per parameter and token
+	// (measured 1.10e15, 1.67 x that floor).
 	if r.Flops < 6*float64(params)*32*512*0.9 {
-		t.Errorf("fsdp v5e-32: %.4g FLOPs, want about 6 x params x tokens = %.4g", r.Flops, 6*float64(params)*32*512)
+		t.Errorf("fsdp v5e-32: %.4g FLOPs, want at least about 6 x params x tokens = %.4g", r.Flops, 6*float64(params)*32*512)
 	}
-	fmt.Println(r.FitReason)
 }
 
 // A compile is out of memory by its error code, never by its text: an
