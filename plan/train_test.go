@@ -161,8 +161,10 @@ func TestDonate(t *testing.T) {
 
 // The 7B decoder with AdamW (float32 master weights and two float32
 // moments: 12 bytes per parameter, plus 4 of gradients) planned for
-// training (TB_PLAN_LARGE=1: the v5e-32 compile takes minutes).
-func TestPlanTrainLlama(t *testing.T) {
+// training (TB_PLAN_LARGE=1: the v5e-32 compile takes about 3 CPU-minutes
+// and 3 GiB of host memory; the name matches scripts/test.sh's
+// -run TestPlanLlama).
+func TestPlanLlamaTrain(t *testing.T) {
 	if os.Getenv("TB_PLAN_LARGE") == "" {
 		t.Skip("set TB_PLAN_LARGE=1 to plan training the 7B shape")
 	}
