@@ -291,7 +291,7 @@ func RunTrain(ctx context.Context, m *onnx.Model, o Options, t TrainOptions) (*T
 		sort.SliceStable(ruledOut, func(i, j int) bool { return ruledOut[i].PerDevice.PeakBytes < ruledOut[j].PerDevice.PeakBytes })
 		best := ruledOut[0]
 		best.Rejected = dropStrategy(rejected, best.Strategy)
-		best.Notes = append(best.Notes, "no strategy was compiled: the arithmetic rules each out (weights, gradients and optimizer state alone exceed HBM)")
+		best.Notes = append(best.Notes, "no strategy was compiled: each was ruled out before compiling (see why each other lost)")
 		return best, nil
 	}
 	sort.SliceStable(reports, func(i, j int) bool { return better(&reports[i].Report, &reports[j].Report) })
