@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/tensorbridge/tensorbridge/ir"
 	"github.com/tensorbridge/tensorbridge/onnx"
 	"github.com/tensorbridge/tensorbridge/plan"
 	"github.com/tensorbridge/tensorbridge/train"
@@ -19,6 +20,7 @@ type trainPlanFlags struct {
 	batch     *int
 	loss      *string
 	momentum  *float64
+	labels    *string
 }
 
 func addTrainPlanFlags(fs *flag.FlagSet) *trainPlanFlags {
@@ -28,6 +30,7 @@ func addTrainPlanFlags(fs *flag.FlagSet) *trainPlanFlags {
 		batch:     fs.Int("batch", 0, "with --train: the global batch (the model's batch dimension)"),
 		loss:      fs.String("loss", "", "with --train: an output that is the loss, cross_entropy:OUTPUT:LABELS or mse:OUTPUT:TARGETS (default: next-token cross entropy of the output logits)"),
 		momentum:  fs.Float64("momentum", 0, "with --train and --optimizer sgd: momentum (a momentum buffer per weight when not 0)"),
+		labels:    fs.String("labels-dtype", "int64", "with --train: the dtype of cross-entropy labels, int64 or int32"),
 	}
 }
 
@@ -36,7 +39,7 @@ func (t *trainPlanFlags) unused(fs *flag.FlagSet) error {
 	var set []string
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "optimizer", "batch", "loss", "momentum":
+		case "optimizer", "batch", "loss", "momentum", "labels-dtype":
 			set = append(set, "--"+f.Name)
 		}
 	})
@@ -62,6 +65,14 @@ func (t *trainPlanFlags) options(m *onnx.Model) (plan.TrainOptions, error) {
 		return o, usageErr("%v", err)
 	}
 	o.Optimizer = opt
+	switch *t.labels {
+	case "int64":
+		o.LabelsDType = ir.Int64
+	case "int32":
+		o.LabelsDType = ir.Int32
+	default:
+		return o, usageErr("--labels-dtype %q: int64 or int32", *t.labels)
+	}
 	if *t.loss != "" {
 		if o.Loss, err = train.ParseLoss(*t.loss); err != nil {
 			return o, usageErr("%v", err)

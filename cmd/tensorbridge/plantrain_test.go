@@ -72,7 +72,7 @@ func TestPlanTrainCLI(t *testing.T) {
 	}{
 		{"fsdp fits", []string{"--generate", "tiny", "--slice", "v5e-4", "--train", "--batch", "4", "--dim", "sequence=16", "--strategy", "fsdp", "--json"},
 			true, "fsdp", 4, 1, tiny.Params() * 4 / 4},
-		{"dp fits", []string{"--generate", "tiny", "--slice", "v5e-4", "--train", "--batch", "4", "--dim", "sequence=16", "--strategy", "dp", "--optimizer", "sgd", "--json"},
+		{"dp fits", []string{"--generate", "tiny", "--slice", "v5e-4", "--train", "--batch", "4", "--dim", "sequence=16", "--strategy", "dp", "--optimizer", "sgd", "--labels-dtype", "int32", "--json"},
 			true, "dp", 4, 1, tiny.Params() * 4},
 		// 7B with AdamW on v5e-4: auto rules every strategy out by
 		// arithmetic (no compile), and the command still exits 0.
@@ -119,6 +119,7 @@ func TestPlanTrainCLI(t *testing.T) {
 		{"no logits", []string{"../../testdata/models/mlp.onnx", "--slice", "v5e-4", "--train", "--batch", "4"}, 2, "--loss"},
 		{"train flags without --train", []string{"--generate", "tiny", "--slice", "v5e-4", "--batch", "4"}, 2, "only apply with --train"},
 		{"inference strategy", []string{"--generate", "tiny", "--slice", "v5e-4", "--train", "--batch", "4", "--strategy", "tp=2"}, 1, "dp, tp, fsdp or auto"},
+		{"bad labels dtype", []string{"--generate", "tiny", "--slice", "v5e-4", "--train", "--batch", "4", "--labels-dtype", "float32"}, 2, "--labels-dtype"},
 		{"encoder", []string{"--generate", "bert-base", "--slice", "v5e-4", "--train", "--batch", "4"}, 2, "encoder"},
 	}
 	for _, tc := range fails {
