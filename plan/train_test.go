@@ -200,6 +200,19 @@ func TestPlanLlamaTrain(t *testing.T) {
 		t.Errorf("v5e-4: closest %s needing %d, want fsdp needing %d", r.Strategy, r.PerDevice.PeakBytes, want)
 	}
 
+	// The compiler agrees for the strategy that comes closest: asked for
+	// fsdp on v5e-4 it compiles the step and refuses it for lack of HBM
+	// (RESOURCE_EXHAUSTED; measured "HLO temporaries (21.62G) exceeds
+	// available HBM (15.75G)"), which is a plan that does not fit.
+	r, err = RunTrain(context.Background(), m, Options{Slice: "v5e-4", Strategy: "fsdp", Dims: map[string]int{"sequence": 512}}, TrainOptions{Batch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logTrain(t, r)
+	if r.Fits || !r.Compiled || !strings.Contains(r.FitReason, "does not fit: needs") || r.PerDevice.PeakBytes <= r.PerDevice.HBMBytes {
+		t.Errorf("fsdp v5e-4: fits %v, compiled %v, need %d of %d: %s", r.Fits, r.Compiled, r.PerDevice.PeakBytes, r.PerDevice.HBMBytes, r.FitReason)
+	}
+
 	// v5e-32 under fsdp: every 7B tensor has a dimension 32 divides, so
 	// each device holds 1/32 of the weights and state. The compiler's
 	// arguments less the batch match 12 x params / 32 = 2526905856 within
