@@ -351,7 +351,6 @@ func ruleOut(p *onnx.Plan, s stepSpec, o Options, t TrainOptions, sl catalog.Sli
 		fmtBytes(w), fmtBytes(w), t.Optimizer.Kind, fmtBytes(opt), fmtBytes(need), fmtBytes(top.hbm))
 	r.Notes = append(r.Notes, "peak is a lower bound from the arithmetic: the step was not compiled")
 	finishTrain(r, acc, o)
-	r.Bound = "" // no FLOPs or bytes: no roofline
 	return r
 }
 
@@ -479,6 +478,9 @@ func finishTrain(r *TrainReport, acc catalog.Accelerator, o Options) {
 	r.PerDevice.Device = r.Report.PerDevice
 	r.SamplesPerSecond = r.InferencesPerSecond
 	r.InferencesPerSecond, r.CostPerMillionUSD = 0, nil
+	if r.StepSeconds == 0 {
+		r.Bound = "" // no FLOPs or bytes (not compiled, or refused): no roofline
+	}
 	if r.CostPerHourUSD == nil || r.SamplesPerSecond <= 0 {
 		return
 	}
