@@ -1,0 +1,405 @@
+#!/usr/bin/env python3
+"""Generate the reference fixtures for package llm/tokenizer.
+
+Trains small BPE tokenizers with Hugging Face `tokenizers` in each family the
+Go tokenizer supports, saves them with `transformers` (tokenizer.json plus
+tokenizer_config.json carrying the chat template), and records what the
+Python libraries give for a set of test strings, id sequences and
+conversations in expected.json beside them:
+
+  encode:  ids of tokenizer(text, add_special_tokens=True/False) in transformers
+           (checked equal to tokenizers' Tokenizer.encode(...).ids)
+  decode:  transformers tokenizer.decode(ids, skip_special_tokens=True/False)
+  chat:    transformers apply_chat_template(messages, tokenize=False,
+           add_generation_prompt=True/False), or "error" when it raises
+
+Run in a throw-away virtual environment:
+  python3 -m venv /tmp/tokvenv
+  /tmp/tokvenv/bin/pip install tokenizers==0.22.1 transformers==4.57.1 jinja2
+  /tmp/tokvenv/bin/python scripts/gen-tokenizer-fixtures.py llm/tokenizer/testdata/tokenizers
+
+The output is deterministic for a given library version (training is).
+"""
+import json
+import os
+import random
+import sys
+
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models,
+                        normalizers, pre_tokenizers, processors, trainers)
+import tokenizers
+import transformers
+from transformers import AutoTokenizer, LlamaTokenizerFast, PreTrainedTokenizerFast
+
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+               r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog. It's 10:45 and we're late!",
+    "I'll say it again: don't panic, they've got 3 towels and 42 answers.",
+    "Le cœur a ses raisons que la raison ne connaît point. Ça va très bien, merci.",
+    "Über den Wolken muss die Freiheit wohl grenzenlos sein. Straße, Größe, Fußball.",
+    "¿Dónde está la biblioteca? ¡Mañana será otro día! El niño comió piña.",
+    "Съешь же ещё этих мягких французских булок, да выпей чаю.",
+    "Ξεσκεπάζω την ψυχοφθόρα βδελυγμία. Καλημέρα κόσμε!",
+    "我能吞下玻璃而不伤身体。今天天气很好，我们去公园散步吧。",
+    "私はガラスを食べられます。それは私を傷つけません。東京は日本の首都です。",
+    "나는 유리를 먹을 수 있어요. 그래도 아프지 않아요. 안녕하세요 세계!",
+    "أنا قادر على أكل الزجاج و هذا لا يؤلمني. مرحبا بالعالم",
+    "मैं काँच खा सकता हूँ और मुझे उससे कोई चोट नहीं पहुंचती. नमस्ते दुनिया",
+    "Tôi có thể ăn thủy tinh mà không hại gì. Tiếng Việt có dấu: ằ ẳ ẵ ặ ễ ự.",
+    "Emoji: 😀 😃 😄 👍🏽 ❤️ 🎉 🚀 👨‍👩‍👧‍👦 🇫🇷 🇯🇵 and more 🙂🙃.",
+    "def main():\n\tprint('hello, world')\n\treturn 0\n\nif __name__ == '__main__':\n    main()\n",
+    "Numbers: 1234567890, 3.14159, 2,718, 1e-10, 0x1F, 100%, $5.99, €20, ¥300.",
+    "Whitespace   runs\t\ttabs\n\n\nnewlines \r\n crlf    end   ",
+    "Special tokens in text: <|begin_of_text|> hello <|eot_id|> <s> [INST] </s> <|im_start|>",
+    "Combining marks: e\u0301 a\u0308 o\u0302 n\u0303 and precomposed é ä ô ñ; Å Å.",
+    "Mixed: naïve café résumé coöperate façade jalapeño piñata smörgåsbord.",
+    "THE END. THE END! the end? The End... 'quoted' \"double\" (paren) [bracket] {brace}",
+]
+
+TESTS = [
+    "",
+    " ",
+    "   ",
+    "\t",
+    "\n",
+    "\n\n\n",
+    " \n ",
+    "a\r\nb",
+    "hello",
+    " hello",
+    "hello ",
+    "Hello, world!",
+    "Hello world, how are you doing today?",
+    "  leading and trailing  ",
+    "a  b   c    d\te\t\tf\ng \n\nh",
+    "I'M sure you'RE right, it's THEY'LL and we'd",
+    "don't won't can't shouldn't",
+    "12345678901234567890",
+    "Pi is 3.14159265 and e is 2.71828.",
+    "x=1+2*3/4-5; y = [1, 2, 3]",
+    "Ünïcödé: façade, naïve, Ångström, ﬁnance (ligature), ｆｕｌｌｗｉｄｔｈ",
+    "e\u0301e\u0301e\u0301 o\u0308",
+    "中文测试：你好，世界！这是一个测试。",
+    "日本語のテキストです。カタカナとひらがな。",
+    "한국어 문장입니다.",
+    "Привет, мир! Как дела?",
+    "مرحبا كيف حالك",
+    "नमस्ते, आप कैसे हैं?",
+    "😀",
+    "👨‍👩‍👧‍👦 family, 🏳️‍🌈 flag, 👍🏿 thumbs",
+    "🇺🇸🇬🇧🇩🇪",
+    "mixed中文and English字符",
+    "nbsp\u00a0here and ideographic\u3000space",
+    "zero\u200bwidth and soft\u00adhyphen",
+    "ſ long s: 'ſ and 'S",
+    "İstanbul ΣΊΣΥΦΟΣ",
+    "<|begin_of_text|>",
+    "<|begin_of_text|>Hello<|eot_id|>",
+    "text <|eot_id|> more",
+    "<s>[INST] question [/INST] answer</s>",
+    "<|im_start|>user\nhi<|im_end|>\n",
+    "<s><s></s>",
+    "<mask> masked <mask>",
+    "say hello world now",
+    "hello worldwide",
+    "[RS]   after rs",
+    "tabs\tand\ttabs\t\t\t",
+    "line1\nline2\r\nline3\rline4",
+    "    indented code\n        more",
+    "!!!???...,,,;;;",
+    "a" * 100,
+    "🙂" * 5,
+    "~`@#$%^&*()_+-={}|[]\\:\";'<>?,./",
+    "The café's naïve piñata—really?",
+    " .  ,  !  ?  n't 've 're 'm 's ' x ' ",
+    "Hello . world , yes ! no ? don 't I 'm",
+]
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hello!"}],
+    [{"role": "system", "content": "You are terse."},
+     {"role": "user", "content": "What is 2+2?"}],
+    [{"role": "user", "content": "Hi"},
+     {"role": "assistant", "content": "Hello! How can I help?"},
+     {"role": "user", "content": "  Tell me a joke.\n\n"}],
+    [{"role": "user", "content": "Unicode: 你好 😀 café\nnew line\ttab"}],
+    [{"role": "assistant", "content": "I start"}],
+]
+
+LLAMA3_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'"
+    "+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
+    "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
+
+LLAMA2_TEMPLATE = (
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
+    "{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}"
+    "{% set system_message = false %}{% endif %}{% for message in loop_messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if loop.index0 == 0 and system_message != false %}"
+    "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+    "{% else %}{% set content = message['content'] %}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}"
+)
+
+MISTRAL_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}"
+    "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}"
+)
+
+# A multi-line ChatML template in the style Qwen2.5 ships (trim_blocks and
+# lstrip_blocks matter here).
+CHATML_TEMPLATE = """{%- for message in messages %}
+    {%- if loop.first and messages[0]['role'] != 'system' %}
+        {{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}
+    {%- endif %}
+    {{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+{%- endif %}
+"""
+
+GENERIC_TEMPLATE = """{% for message in messages %}
+{% if message.role == 'system' %}
+System: {{ message.content }}
+{% else %}
+{{ message.role | capitalize }}: {{ message.content }}
+{% endif %}
+{% endfor %}
+{% if add_generation_prompt %}Assistant:{% endif %}"""
+
+
+def train_bytelevel(split_regex, specials, vocab_size, normalizer=None, gpt2_regex=False,
+                    add_prefix_space=False):
+    tok = Tokenizer(models.BPE(ignore_merges=not gpt2_regex))
+    if normalizer is not None:
+        tok.normalizer = normalizer
+    if gpt2_regex:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space, use_regex=True)
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(split_regex), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
+        ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS * 3, trainer)
+    return tok
+
+
+def train_sentencepiece_bpe(vocab_size):
+    """Llama 2 style: BPE over '▁'-joined text with byte fallback, <0xXX> tokens in the vocab."""
+    base = Tokenizer(models.BPE(unk_token="<unk>"))
+    base.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    base.pre_tokenizer = pre_tokenizers.Split("▁", behavior="merged_with_next")
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"],
+                                  show_progress=False, limit_alphabet=180)
+    base.train_from_iterator(CORPUS * 3, trainer)
+    data = json.loads(base.to_str())
+    trained = data["model"]["vocab"]
+    merges = data["model"]["merges"]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab["<0x%02X>" % b] = len(vocab)
+    for t, _ in sorted(trained.items(), key=lambda kv: kv[1]):
+        if t not in vocab:
+            vocab[t] = len(vocab)
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in merges]
+    return vocab, merges
+
+
+def sp_tokenizer(vocab, merges, legacy=True, metaspace_split=False):
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True,
+                               fuse_unk=True))
+    if legacy:
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
+                                         decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first",
+                                                     split=metaspace_split)
+        tok.decoder = decoders.Sequence([decoders.Metaspace(replacement="▁", prepend_scheme="first"),
+                                         decoders.ByteFallback(), decoders.Fuse()])
+    tok.add_special_tokens([AddedToken("<unk>", normalized=False, special=True),
+                            AddedToken("<s>", normalized=False, special=True),
+                            AddedToken("</s>", normalized=False, special=True)])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)])
+    return tok
+
+
+def build_families():
+    fams = {}
+
+    # Llama 3: byte-level BPE, Llama-3 split regex, ignore_merges, BOS by TemplateProcessing.
+    l3_specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+                   "<|eot_id|>", "<|reserved_special_token_0|>"]
+    tok = train_bytelevel(LLAMA3_SPLIT, l3_specials, 900)
+    bos = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                      pair="<|begin_of_text|> $A <|begin_of_text|> $B",
+                                      special_tokens=[("<|begin_of_text|>", bos)]),
+    ])
+    fams["llama3"] = dict(tok=tok, cls=PreTrainedTokenizerFast, template=LLAMA3_TEMPLATE,
+                          kw=dict(bos_token="<|begin_of_text|>", eos_token="<|eot_id|>",
+                                  clean_up_tokenization_spaces=True))
+
+    # Qwen2: byte-level BPE, Qwen split regex (single digits), NFC, no BOS, ChatML.
+    q_specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = train_bytelevel(QWEN2_SPLIT, q_specials, 900, normalizer=normalizers.NFC())
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    fams["qwen2"] = dict(tok=tok, cls=PreTrainedTokenizerFast, template=CHATML_TEMPLATE,
+                         kw=dict(eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                 clean_up_tokenization_spaces=False))
+
+    # GPT-2 style: ByteLevel pre-tokenizer with its own regex and add_prefix_space, NFKC +
+    # Lowercase normalizers, added tokens with lstrip / rstrip / single_word / normalized.
+    tok = train_bytelevel(None, ["<|endoftext|>"], 700,
+                          normalizer=normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()]),
+                          gpt2_regex=True, add_prefix_space=True)
+    tok.add_special_tokens([AddedToken("<mask>", lstrip=True, special=True, normalized=False)])
+    tok.add_tokens([AddedToken("hello world", single_word=True, normalized=True, special=False),
+                    AddedToken("[RS]", rstrip=True, normalized=False, special=False)])
+    tok.post_processor = processors.RobertaProcessing(sep=("<|endoftext|>", 0), cls=("<|endoftext|>", 0),
+                                                     add_prefix_space=True, trim_offsets=True)
+    fams["gpt2"] = dict(tok=tok, cls=PreTrainedTokenizerFast, template=GENERIC_TEMPLATE,
+                        kw=dict(bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                mask_token="<mask>", clean_up_tokenization_spaces=False))
+
+    # Llama 2: SentencePiece-style BPE with byte fallback, Prepend+Replace normalizer,
+    # Replace/ByteFallback/Fuse/Strip decoder.
+    vocab, merges = train_sentencepiece_bpe(700)
+    fams["llama2"] = dict(tok=sp_tokenizer(vocab, merges, legacy=True), cls=LlamaTokenizerFast,
+                          template=LLAMA2_TEMPLATE,
+                          kw=dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                  add_bos_token=True, add_eos_token=False, legacy=True,
+                                  clean_up_tokenization_spaces=False))
+    # Mistral (v0.3 / Llama 2 legacy=False conversion): Metaspace pre-tokenizer and decoder.
+    fams["mistral"] = dict(tok=sp_tokenizer(vocab, merges, legacy=False), cls=PreTrainedTokenizerFast,
+                           template=MISTRAL_TEMPLATE,
+                           kw=dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                   clean_up_tokenization_spaces=False))
+    # Metaspace with split=True plus Digits / Punctuation pre-tokenizers and Strip normalizer.
+    tok = sp_tokenizer(vocab, merges, legacy=False, metaspace_split=True)
+    tok.normalizer = normalizers.Sequence([normalizers.Strip(left=False, right=True), normalizers.NFD()])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.Punctuation(behavior="isolated"),
+        pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True),
+    ])
+    fams["metaspace"] = dict(tok=tok, cls=PreTrainedTokenizerFast, template=GENERIC_TEMPLATE,
+                             kw=dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                     clean_up_tokenization_spaces=True))
+    return fams
+
+
+def decode_cases(tok, hf, rng):
+    """Id sequences for decode: partial byte tokens, byte-fallback runs, random ids."""
+    cases = []
+    vocab = tok.get_vocab()
+    size = len(hf)
+
+    def ids_of(tokens):
+        return [vocab[t] for t in tokens if t in vocab]
+
+    # Byte-level alphabet: map raw bytes to their token strings.
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    b2u = {b: chr(c) for b, c in zip(bs, cs)}
+    byte_seqs = [[0xE2, 0x82], [0xE2, 0x82, 0xAC], [0xE2, 0x41], [0xFF], [0xF0, 0x9F, 0x98],
+                 [0xF0, 0x9F, 0x98, 0x80], [0xC0, 0x80], [0xED, 0xA0, 0x80], [0x80, 0x80, 0x41],
+                 [0xE4, 0xB8], [0xF4, 0x90, 0x80, 0x80], [0xC3]]
+    for seq in byte_seqs:
+        for fmt in (lambda b: b2u[b], lambda b: "<0x%02X>" % b):
+            toks = [fmt(b) for b in seq]
+            if all(t in vocab for t in toks):
+                ids = ids_of(toks)
+                cases.append(ids)
+                hello = hf.encode("hi", add_special_tokens=False)
+                cases.append(hello + ids + hello)
+                cases.append(ids + ids)
+    for _ in range(150):
+        cases.append([rng.randrange(size) for _ in range(rng.randrange(1, 16))])
+    # Low ids (specials and bytes) are the interesting ones.
+    for _ in range(50):
+        cases.append([rng.randrange(min(size, 300)) for _ in range(rng.randrange(1, 12))])
+    return cases
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "llm/tokenizer/testdata/tokenizers"
+    rng = random.Random(20)
+    for name, fam in build_families().items():
+        d = os.path.join(out, name)
+        os.makedirs(d, exist_ok=True)
+        fast = fam["cls"](tokenizer_object=fam["tok"], chat_template=fam["template"], **fam["kw"])
+        fast.save_pretrained(d)
+        for extra in ("special_tokens_map.json",):
+            p = os.path.join(d, extra)
+            if os.path.exists(p):
+                os.remove(p)
+        hf = AutoTokenizer.from_pretrained(d)
+        raw = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+        enc = []
+        for s in TESTS:
+            rec = {"text": s}
+            for add in (True, False):
+                ids = hf(s, add_special_tokens=add)["input_ids"]
+                raw_ids = raw.encode(s, add_special_tokens=add).ids
+                if ids != raw_ids:
+                    # transformers may rebuild the post-processor (LlamaTokenizerFast); record both.
+                    rec["raw_with" if add else "raw_without"] = raw_ids
+                rec["with" if add else "without"] = ids
+            enc.append(rec)
+        dec = []
+        cases = [e["with"] for e in enc] + decode_cases(fam["tok"], hf, rng)
+        for ids in cases:
+            dec.append({"ids": ids,
+                        "skip": hf.decode(ids, skip_special_tokens=True),
+                        "keep": hf.decode(ids, skip_special_tokens=False)})
+        chat = []
+        for conv in CONVERSATIONS:
+            for gen in (True, False):
+                rec = {"messages": conv, "add_generation_prompt": gen}
+                try:
+                    rec["text"] = hf.apply_chat_template(conv, tokenize=False, add_generation_prompt=gen)
+                except Exception as e:  # noqa: BLE001 - the template raised, as intended for some
+                    rec["error"] = type(e).__name__ + ": " + str(e)
+                chat.append(rec)
+        meta = {"tokenizers": tokenizers.__version__, "transformers": transformers.__version__,
+                "vocab_size": len(hf), "bos": hf.bos_token_id, "eos": hf.eos_token_id,
+                "special_ids": sorted(hf.all_special_ids)}
+        with open(os.path.join(d, "expected.json"), "w", encoding="utf-8") as f:
+            json.dump({"meta": meta, "encode": enc, "decode": dec, "chat": chat}, f,
+                      ensure_ascii=False, separators=(",", ":"))
+        print(name, "vocab", len(hf), "encode", len(enc), "decode", len(dec), "chat", len(chat))
+    with open(os.path.join(out, "corpus.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(CORPUS + TESTS))
+
+
+if __name__ == "__main__":
+    main()
