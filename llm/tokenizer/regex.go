@@ -47,9 +47,13 @@ func (m scanner) findAll(s string) [][2]int {
 	return out
 }
 
-func gpt2Scanner() scanner   { return scanner{at: gpt2At} }
-func llama3Scanner() scanner { return scanner{at: func(s string, i int) int { return llamaAt(s, i, 3) }} }
-func qwen2Scanner() scanner  { return scanner{at: func(s string, i int) int { return llamaAt(s, i, 1) }} }
+func gpt2Scanner() scanner { return scanner{at: gpt2At} }
+func llama3Scanner() scanner {
+	return scanner{at: func(s string, i int) int { return llamaAt(s, i, 3) }}
+}
+func qwen2Scanner() scanner {
+	return scanner{at: func(s string, i int) int { return llamaAt(s, i, 1) }}
+}
 
 // knownScanner returns the scanner for a published pattern, if it is one.
 func knownScanner(re string) (matcher, bool) {
