@@ -17,6 +17,12 @@ Run in a throw-away virtual environment:
   python3 -m venv /tmp/tokvenv
   /tmp/tokvenv/bin/pip install tokenizers==0.22.1 transformers==4.57.1 jinja2
   /tmp/tokvenv/bin/python scripts/gen-tokenizer-fixtures.py llm/tokenizer/testdata/tokenizers
+  /tmp/tokvenv/bin/python scripts/gen-tokenizer-fixtures.py llm/tokenizer/testdata/tokenizers components 400
+
+The second run writes components.json: single pre-tokenizers and normalizers
+applied to random strings over an alphabet of the characters whose classes
+matter (letters, numbers, the white space Oniguruma's \s knows, apostrophes,
+case-folding oddities, combining marks).
 
 The output is deterministic for a given library version (training is).
 """
@@ -401,5 +407,58 @@ def main():
         f.write("\n".join(CORPUS + TESTS))
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and (len(sys.argv) < 3 or sys.argv[2] != "components"):
     main()
+
+
+# --- component-level references: pre-tokenizers and normalizers on random strings ---
+
+ALPHABET = (["a", "B", "z", "s", "t", "l", "d", "m", "r", "e", "v", "S", "T", "L", "D", "ſ", "\u212a", "İ", "ß",
+             "Σ", "中", "ー", "1", "7", "٣", "²", "Ⅻ", " ", " ", " ", " ", "\t", "\n", "\r", "\u00a0", "\u3000",
+             "\u2028", "\u0085", "\u000b", "\u000c", "'", "'", "'", "\"", ".", ",", "-", "_", "$", "+", "😀",
+             "\u0301", "\u200d", "▁", "ﬁ", "Ａ"])
+
+
+def component_fixtures(out, rng, count):
+    from tokenizers import normalizers as N, pre_tokenizers as P
+    strings = ["".join(rng.choice(ALPHABET) for _ in range(rng.randrange(0, 11))) for _ in range(count)]
+    pres = {
+        "split-llama3": P.Split(Regex(LLAMA3_SPLIT), behavior="isolated"),
+        "split-qwen2": P.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
+        "bytelevel-gpt2": P.ByteLevel(add_prefix_space=False, use_regex=True),
+        "bytelevel-prefix": P.ByteLevel(add_prefix_space=True, use_regex=True),
+        "split-words-removed-inverted": P.Split(Regex(r"\w+|[^\w\s]+"), behavior="removed", invert=True),
+        "split-space-merged-prev": P.Split(" ", behavior="merged_with_previous"),
+        "split-digits-contiguous": P.Split(Regex(r"\d"), behavior="contiguous"),
+        "metaspace-first-nosplit": P.Metaspace(prepend_scheme="first", split=False),
+        "metaspace-never-split": P.Metaspace(prepend_scheme="never", split=True),
+        "whitespace": P.Whitespace(),
+        "whitespace-split": P.WhitespaceSplit(),
+        "digits": P.Digits(individual_digits=False),
+        "punctuation-prev": P.Punctuation(behavior="merged_with_previous"),
+    }
+    norms = {
+        "nfc": N.NFC(), "nfd": N.NFD(), "nfkc": N.NFKC(), "nfkd": N.NFKD(), "lowercase": N.Lowercase(),
+        "strip": N.Strip(), "strip-left": N.Strip(left=True, right=False),
+        "replace-regex": N.Replace(Regex(r"\s+"), "_"),
+        "prepend": N.Prepend("▁"),
+    }
+    cases = []
+    for name, p in pres.items():
+        t = Tokenizer(models.BPE())
+        t.pre_tokenizer = p
+        spec = json.loads(t.to_str())["pre_tokenizer"]
+        res = [[s for s, _ in p.pre_tokenize_str(x)] for x in strings]
+        cases.append({"name": name, "kind": "pre_tokenizer", "spec": spec, "out": res})
+    for name, n in norms.items():
+        t = Tokenizer(models.BPE())
+        t.normalizer = n
+        spec = json.loads(t.to_str())["normalizer"]
+        cases.append({"name": name, "kind": "normalizer", "spec": spec,
+                      "out": [n.normalize_str(x) for x in strings]})
+    with open(os.path.join(out, "components.json"), "w", encoding="utf-8") as f:
+        json.dump({"strings": strings, "cases": cases}, f, ensure_ascii=False, separators=(",", ":"))
+
+
+if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[2] == "components":
+    component_fixtures(sys.argv[1], random.Random(7), int(sys.argv[3]) if len(sys.argv) > 3 else 400)

@@ -231,13 +231,9 @@ func (p metaspacePre) preTokenize(ps []piece) []piece {
 	return out
 }
 
-// isWordRune is Oniguruma's Unicode \w.
-func isWordRune(r rune) bool {
-	return unicode.IsLetter(r) || unicode.IsMark(r) || unicode.Is(unicode.Nd, r) || unicode.Is(unicode.Pc, r)
-}
-
-// whitespacePre is the Whitespace pre-tokenizer: runs of \w and runs of
-// [^\w\s] are kept, white space removed.
+// whitespacePre is the Whitespace pre-tokenizer, the regex \w+|[^\w\s]+
+// with its matches kept and the rest removed. tokenizers compiles it with the
+// regex crate, whose \w is isRustWord.
 type whitespacePre struct{}
 
 func (whitespacePre) preTokenize(ps []piece) []piece {
@@ -248,12 +244,12 @@ func (whitespacePre) preTokenize(ps []piece) []piece {
 		for i := 0; i < len(s); {
 			r, w := runeAt(s, i)
 			switch {
-			case isWordRune(r):
-				j := runEnd(s, i, isWordRune, -1)
+			case isRustWord(r):
+				j := runEnd(s, i, isRustWord, -1)
 				ms = append(ms, [2]int{i, j})
 				i = j
 			case !isS(r):
-				j := runEnd(s, i, func(r rune) bool { return !isWordRune(r) && !isS(r) }, -1)
+				j := runEnd(s, i, func(r rune) bool { return !isRustWord(r) && !isS(r) }, -1)
 				ms = append(ms, [2]int{i, j})
 				i = j
 			default:
@@ -352,7 +348,7 @@ func parsePreTokenizer(raw json.RawMessage, depth int) (preTokenizer, error) {
 		}
 		return metaspacePre{repl: repl, prepend: scheme, split: h.Split == nil || *h.Split}, nil
 	case "Digits":
-		isDigit := func(r rune) bool { return r >= '0' && r <= '9' }
+		isDigit := unicode.IsNumber // Rust's char::is_numeric: any \p{N}
 		if h.IndividualDigits {
 			return runePre{f: isDigit, beh: isolated}, nil
 		}

@@ -226,10 +226,7 @@ func llamaAt(s string, i int, maxDigits int) int {
 // Ruby syntax; look-around, atomic groups, possessive quantifiers, back
 // references, \b, \h and POSIX brackets are refused.
 func compileOnigSubset(src string) (*regexp.Regexp, error) {
-	const (
-		space = `\t-\r\x{85}\p{Z}`
-		word  = `\p{L}\p{M}\p{Nd}\p{Pc}`
-	)
+	const space = `\t-\r\x{85}\p{Z}`
 	var b strings.Builder
 	inClass := false
 	for i := 0; i < len(src); i++ {
@@ -244,7 +241,11 @@ func compileOnigSubset(src string) (*regexp.Regexp, error) {
 			case 's':
 				b.WriteString(wrap(space, inClass, false))
 			case 'w':
-				b.WriteString(wrap(word, inClass, false))
+				if inClass {
+					b.WriteString(onigWordInClass)
+				} else {
+					b.WriteString("[" + onigWordInClass + onigLatin1Word + "]")
+				}
 			case 'd':
 				b.WriteString(`\p{Nd}`)
 			case 'D':
@@ -255,7 +256,7 @@ func compileOnigSubset(src string) (*regexp.Regexp, error) {
 				}
 				cls := space
 				if e == 'W' {
-					cls = word
+					cls = onigWordInClass + onigLatin1Word
 				}
 				b.WriteString(wrap(cls, false, true))
 			case 'b', 'B', 'h', 'H', 'R', 'X', 'G', 'K', 'k', 'g', '1', '2', '3', '4', '5', '6', '7', '8', '9':
@@ -313,4 +314,52 @@ func wrap(cls string, inClass, negate bool) string {
 		return "[^" + cls + "]"
 	}
 	return "[" + cls + "]"
+}
+
+// Oniguruma's \w, measured against tokenizers 0.22.1 over all code points:
+// outside a bracket it is Alphabetic, marks, decimal digits and connector
+// punctuation plus the Latin-1 numbers ¹²³¼½¾; inside a bracket ([^\w\s])
+// without those six.
+var onigWordInClass = `\p{L}\p{Nl}\p{M}\p{Nd}\p{Pc}` + rangesClass(unicode.Other_Alphabetic)
+
+const onigLatin1Word = `\x{B2}\x{B3}\x{B9}\x{BC}-\x{BE}`
+
+// rangesClass spells a range table as the inside of an RE2 character class.
+func rangesClass(t *unicode.RangeTable) string {
+	var b strings.Builder
+	for _, r := range t.R16 {
+		writeRanges(&b, rune(r.Lo), rune(r.Hi), rune(r.Stride))
+	}
+	for _, r := range t.R32 {
+		writeRanges(&b, rune(r.Lo), rune(r.Hi), rune(r.Stride))
+	}
+	return b.String()
+}
+
+func writeRanges(b *strings.Builder, lo, hi, stride rune) {
+	if stride == 1 {
+		fmt.Fprintf(b, `\x{%X}-\x{%X}`, lo, hi)
+		return
+	}
+	for r := lo; r <= hi; r += stride {
+		fmt.Fprintf(b, `\x{%X}`, r)
+	}
+}
+
+func isAlphabetic(r rune) bool {
+	return unicode.IsLetter(r) || unicode.Is(unicode.Nl, r) || unicode.Is(unicode.Other_Alphabetic, r)
+}
+
+// isOnigWordInClass is Oniguruma's \w inside a bracket.
+func isOnigWordInClass(r rune) bool {
+	return isAlphabetic(r) || unicode.IsMark(r) || unicode.Is(unicode.Nd, r) || unicode.Is(unicode.Pc, r)
+}
+
+// isOnigWord is Oniguruma's \w outside a bracket.
+func isOnigWord(r rune) bool {
+	switch r {
+	case 0xB2, 0xB3, 0xB9, 0xBC, 0xBD, 0xBE:
+		return true
+	}
+	return isOnigWordInClass(r)
 }
