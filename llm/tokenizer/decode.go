@@ -417,11 +417,13 @@ func (st *joinStage) end() { st.next.end() }
 // cleanupStage applies transformers' clean_up_tokenization
 // (PreTrainedTokenizerBase.clean_up_tokenization) to the stream. Every
 // pattern starts with a space and only deletes spaces, so text may be cleaned
-// and released up to a point after which no pattern can begin: the held tail
-// starts at the last rune that could open one.
+// and released up to a cut after which no pattern can begin (see safeCut).
+// Whether a cut is safe depends only on the text before it, so positions
+// already found unsafe are not scanned again.
 type cleanupStage struct {
-	next stage
-	buf  string
+	next    stage
+	buf     []byte
+	checked int // cuts at positions <= checked are known to be unsafe
 }
 
 var cleanupPairs = [...][2]string{
@@ -436,36 +438,48 @@ func cleanup(s string) string {
 	return s
 }
 
-// safeCut returns the largest i such that cleanup(s[:i]) + cleanup(s[i:] +
-// more) == cleanup(s + more) for any more: s[:i] must not end in a proper
-// prefix of a pattern (" ", " '", " n", " n'", " 'v", " 'r").
-func safeCut(s string) int {
-	for i := len(s); i > 0; {
-		_, w := utf8.DecodeLastRuneInString(s[:i])
-		head := s[:i]
-		if !(strings.HasSuffix(head, " ") || strings.HasSuffix(head, "'") ||
-			strings.HasSuffix(head, " n") || strings.HasSuffix(head, " 'v") || strings.HasSuffix(head, " 'r")) {
-			return i
-		}
-		i -= w
+// safeAt reports whether cleanup(h) + cleanup(rest) == cleanup(h + rest) for
+// any rest: h must not end in a proper prefix of a pattern (" ", " '", " n",
+// " n'", " 'v", " 'r"). Since the text before a released cut never ends in a
+// space or an apostrophe, looking at the unreleased text alone suffices.
+func safeAt(h []byte) bool {
+	n := len(h)
+	if n == 0 {
+		return false
 	}
-	return 0
+	switch c := h[n-1]; {
+	case c == ' ' || c == '\'':
+		return false
+	case c == 'n':
+		return !(n >= 2 && h[n-2] == ' ')
+	case c == 'v' || c == 'r':
+		return !(n >= 3 && h[n-2] == '\'' && h[n-3] == ' ')
+	}
+	return true
 }
 
 func (st *cleanupStage) push(s string, _ bool) {
-	st.buf += s
-	cut := safeCut(st.buf)
-	if cut > 0 {
-		st.next.push(cleanup(st.buf[:cut]), true)
-		st.buf = st.buf[cut:]
+	st.buf = append(st.buf, s...)
+	cut := 0
+	for i := len(st.buf); i > st.checked; i-- {
+		if (i == len(st.buf) || utf8.RuneStart(st.buf[i])) && safeAt(st.buf[:i]) {
+			cut = i
+			break
+		}
 	}
+	if cut > 0 {
+		st.next.push(cleanup(string(st.buf[:cut])), true)
+		st.buf = append(st.buf[:0], st.buf[cut:]...)
+	}
+	st.checked = len(st.buf)
 }
 
 func (st *cleanupStage) end() {
-	if st.buf != "" {
-		st.next.push(cleanup(st.buf), true)
-		st.buf = ""
+	if len(st.buf) > 0 {
+		st.next.push(cleanup(string(st.buf)), true)
+		st.buf = st.buf[:0]
 	}
+	st.checked = 0
 	st.next.end()
 }
 
