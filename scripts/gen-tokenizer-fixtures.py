@@ -407,7 +407,7 @@ def main():
         f.write("\n".join(CORPUS + TESTS))
 
 
-if __name__ == "__main__" and (len(sys.argv) < 3 or sys.argv[2] != "components"):
+if __name__ == "__main__" and len(sys.argv) < 3:
     main()
 
 
@@ -462,3 +462,34 @@ def component_fixtures(out, rng, count):
 
 if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[2] == "components":
     component_fixtures(sys.argv[1], random.Random(7), int(sys.argv[3]) if len(sys.argv) > 3 else 400)
+
+
+def bench(out):
+    """Encode throughput of Hugging Face tokenizers on the corpus the Go
+    benchmark uses (corpus.txt repeated to about 1 MB, encoded line by line on
+    one thread), for comparison with `go test -bench Encode ./llm/tokenizer`."""
+    import time
+    raw = open(os.path.join(out, "corpus.txt"), encoding="utf-8").read()
+    text = (raw + "\n") * ((1 << 20) // len(raw.encode()) + 1)
+    lines = text.split("\n")
+    nbytes = sum(len(l.encode()) for l in lines)
+    for name in ["llama3", "qwen2", "gpt2", "llama2", "mistral", "metaspace"]:
+        tok = Tokenizer.from_file(os.path.join(out, name, "tokenizer.json"))
+        for l in lines[:1000]:
+            tok.encode(l, add_special_tokens=False)
+        best = cpu_best = None
+        for _ in range(3):
+            t0, c0 = time.perf_counter(), time.process_time()
+            for l in lines:
+                tok.encode(l, add_special_tokens=False)
+            dt, dc = time.perf_counter() - t0, time.process_time() - c0
+            best = dt if best is None else min(best, dt)
+            cpu_best = dc if cpu_best is None else min(cpu_best, dc)
+        # process_time is the comparable figure on a shared machine: wall
+        # time there measures the neighbours.
+        print(f"{name}: encode line by line {nbytes / best / 1e6:.2f} MB/s wall, "
+              f"{nbytes / cpu_best / 1e6:.2f} MB/cpu-s")
+
+
+if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[2] == "bench":
+    bench(sys.argv[1])
