@@ -19,10 +19,14 @@ Run in a throw-away virtual environment:
   /tmp/tokvenv/bin/python scripts/gen-tokenizer-fixtures.py llm/tokenizer/testdata/tokenizers
   /tmp/tokvenv/bin/python scripts/gen-tokenizer-fixtures.py llm/tokenizer/testdata/tokenizers components 400
 
+  /tmp/tokvenv/bin/python scripts/gen-tokenizer-fixtures.py llm/tokenizer/testdata/tokenizers templates
+
 The second run writes components.json: single pre-tokenizers and normalizers
 applied to random strings over an alphabet of the characters whose classes
 matter (letters, numbers, the white space Oniguruma's \s knows, apostrophes,
-case-folding oddities, combining marks).
+case-folding oddities, combining marks). The third writes templates.json:
+chat templates in the styles of Qwen3, Llama 3.1, Gemma and Zephyr (written
+for these tests) rendered by transformers.
 
 The output is deterministic for a given library version (training is).
 """
@@ -493,3 +497,149 @@ def bench(out):
 
 if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[2] == "bench":
     bench(sys.argv[1])
+
+
+# --- chat templates in the styles checkpoints ship (written for these tests) ---
+
+QWEN3_STYLE = """{%- if tools %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}
+    {{- "# Tools\\n\\n<tools>" }}
+    {%- for tool in tools %}{{- "\\n" }}{{- tool | tojson }}{%- endfor %}
+    {{- "\\n</tools><|im_end|>\\n" }}
+{%- else %}
+    {%- if messages[0].role == 'system' %}
+        {{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}
+    {%- endif %}
+{%- endif %}
+{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" and message.content is string and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- if message.content is string %}
+        {%- set content = message.content %}
+    {%- else %}
+        {%- set content = '' %}
+    {%- endif %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>' + '\\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set reasoning_content = '' %}
+        {%- if '</think>' in content %}
+            {%- set reasoning_content = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}
+            {%- set content = content.split('</think>')[-1].lstrip('\\n') %}
+        {%- endif %}
+        {%- if loop.index0 > ns.last_query_index %}
+            {%- if loop.last or (not loop.last and reasoning_content) %}
+                {{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' + content.lstrip('\\n') }}
+            {%- else %}
+                {{- '<|im_start|>' + message.role + '\\n' + content }}
+            {%- endif %}
+        {%- else %}
+            {{- '<|im_start|>' + message.role + '\\n' + content }}
+        {%- endif %}
+        {{- '<|im_end|>\\n' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\\n\\n</think>\\n\\n' }}
+    {%- endif %}
+{%- endif %}"""
+
+LLAMA31_STYLE = """{{- bos_token }}
+{%- if custom_tools is defined %}
+    {%- set tools = custom_tools %}
+{%- endif %}
+{%- if not tools_in_user_message is defined %}
+    {%- set tools_in_user_message = true %}
+{%- endif %}
+{%- if not date_string is defined %}
+    {%- set date_string = "26 Jul 2024" %}
+{%- endif %}
+{%- if not tools is defined %}
+    {%- set tools = none %}
+{%- endif %}
+
+{#- This block extracts the system message, so we can slot it into the right place. #}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+
+{#- System message + builtin tools #}
+{{- "<|start_header_id|>system<|end_header_id|>\\n\\n" }}
+{%- if tools is not none %}
+    {{- "Environment: ipython\\n" }}
+{%- endif %}
+{{- "Cutting Knowledge Date: December 2023\\n" }}
+{{- "Today Date: " + date_string + "\\n\\n" }}
+{{- system_message }}
+{{- "<|eot_id|>" }}
+
+{%- for message in messages %}
+    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}
+        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}
+{%- endif %}
+"""
+
+GEMMA_STYLE = """{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}"""
+
+ZEPHYR_STYLE = """{% for message in messages %}
+{% if message['role'] == 'user' %}
+{{ '<|user|>\\n' + message['content'] + eos_token }}
+{% elif message['role'] == 'system' %}
+{{ '<|system|>\\n' + message['content'] + eos_token }}
+{% elif message['role'] == 'assistant' %}
+{{ '<|assistant|>\\n'  + message['content'] + eos_token }}
+{% endif %}
+{% if loop.last and add_generation_prompt %}
+{{ '<|assistant|>' }}
+{% endif %}
+{% endfor %}"""
+
+EXTRA_CONVERSATIONS = CONVERSATIONS + [
+    [{"role": "user", "content": "Think first"},
+     {"role": "assistant", "content": "<think>\nhmm\n</think>\n\nAnswer"},
+     {"role": "user", "content": "again"}],
+    [{"role": "system", "content": "  sys  "}, {"role": "user", "content": "q"},
+     {"role": "assistant", "content": "a"}, {"role": "user", "content": "q2"}],
+]
+
+
+def template_fixtures(out):
+    """Render the templates above with transformers (on the llama3 fixture
+    tokenizer, whose bos/eos the Go test uses too) into templates.json."""
+    hf = AutoTokenizer.from_pretrained(os.path.join(out, "llama3"))
+    cases = []
+    for name, tmpl in [("qwen3-style", QWEN3_STYLE), ("llama3.1-style", LLAMA31_STYLE),
+                       ("gemma-style", GEMMA_STYLE), ("zephyr-style", ZEPHYR_STYLE)]:
+        for conv in EXTRA_CONVERSATIONS:
+            for gen in (True, False):
+                rec = {"template": name, "messages": conv, "add_generation_prompt": gen}
+                try:
+                    rec["text"] = hf.apply_chat_template(conv, chat_template=tmpl, tokenize=False,
+                                                         add_generation_prompt=gen)
+                except Exception as e:  # noqa: BLE001 - raise_exception in the template
+                    rec["error"] = str(e)
+                cases.append(rec)
+    templates = {"qwen3-style": QWEN3_STYLE, "llama3.1-style": LLAMA31_STYLE,
+                 "gemma-style": GEMMA_STYLE, "zephyr-style": ZEPHYR_STYLE}
+    with open(os.path.join(out, "templates.json"), "w", encoding="utf-8") as f:
+        json.dump({"templates": templates, "cases": cases}, f, ensure_ascii=False, indent=0)
+
+
+if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[2] == "templates":
+    template_fixtures(sys.argv[1])

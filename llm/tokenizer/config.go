@@ -215,6 +215,9 @@ func (ct *chatTemplate) render(messages []Message, addGenerationPrompt bool) (st
 	}
 	data["messages"] = msgs
 	data["add_generation_prompt"] = addGenerationPrompt
+	// transformers passes these as None when the caller gives none.
+	data["tools"] = nil
+	data["documents"] = nil
 	return ct.tmpl.Render(data)
 }
 
