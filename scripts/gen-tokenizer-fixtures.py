@@ -460,8 +460,36 @@ def component_fixtures(out, rng, count):
         spec = json.loads(t.to_str())["normalizer"]
         cases.append({"name": name, "kind": "normalizer", "spec": spec,
                       "out": [n.normalize_str(x) for x in strings]})
+    from tokenizers import decoders as D
+    decs = {
+        "fuse-replace-multichar": D.Sequence([D.Fuse(), D.Replace("ab", "X")]),
+        "replace-then-fuse": D.Sequence([D.Replace("▁", " "), D.Fuse()]),
+        "strip-per-token": D.Strip(" ", 2, 1),
+        "fuse-strip": D.Sequence([D.Fuse(), D.Strip(" ", 1, 2)]),
+        "metaspace-never": D.Metaspace(prepend_scheme="never"),
+        "metaspace-always": D.Metaspace(prepend_scheme="always"),
+        "bytefallback-fuse-metaspace": D.Sequence([D.ByteFallback(), D.Fuse(), D.Metaspace()]),
+        "bytelevel": D.ByteLevel(),
+        "bytefallback-strip": D.Sequence([D.ByteFallback(), D.Strip("a", 1, 1)]),
+    }
+    toks = ["▁", "a", "▁b", "<0xE2>", "<0x82>", "<0xAC>", "<0xFF>", "<0x41>", " ", "  x", "ab", "b", "x ",
+            "Ġ", "ĠĠ", "Ã", "©", "é", "ð", "Ł", "ĺ", "Ģ", "<s>", "▁▁"]
+    seqs = [[rng.choice(toks) for _ in range(rng.randrange(0, 9))] for _ in range(count)]
+    def decode(d, q):
+        try:
+            return d.decode(q)
+        except BaseException:  # noqa: BLE001 - Strip panics when its cuts cross; recorded as null
+            return None
+
+    for name, d in decs.items():
+        t = Tokenizer(models.BPE())
+        t.decoder = d
+        spec = json.loads(t.to_str())["decoder"]
+        cases.append({"name": name, "kind": "decoder", "spec": spec,
+                      "out": [decode(d, q) for q in seqs]})
     with open(os.path.join(out, "components.json"), "w", encoding="utf-8") as f:
-        json.dump({"strings": strings, "cases": cases}, f, ensure_ascii=False, separators=(",", ":"))
+        json.dump({"strings": strings, "token_seqs": seqs, "cases": cases}, f, ensure_ascii=False,
+                  separators=(",", ":"))
 
 
 if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[2] == "components":

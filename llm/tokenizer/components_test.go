@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -21,8 +22,9 @@ func TestComponentsMatchHF(t *testing.T) {
 		t.Fatal(err)
 	}
 	var fx struct {
-		Strings []string `json:"strings"`
-		Cases   []struct {
+		Strings   []string   `json:"strings"`
+		TokenSeqs [][]string `json:"token_seqs"`
+		Cases     []struct {
 			Name string          `json:"name"`
 			Kind string          `json:"kind"`
 			Spec json.RawMessage `json:"spec"`
@@ -51,6 +53,40 @@ func TestComponentsMatchHF(t *testing.T) {
 					}
 					if !slices.Equal(got, want[i]) && !(len(got) == 0 && len(want[i]) == 0) {
 						t.Errorf("%q:\n got %q\nwant %q", s, got, want[i])
+					}
+				}
+			case "decoder":
+				fused := false
+				specs, err := parseDecoder(c.Spec, &fused, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var want []*string
+				if err := json.Unmarshal(c.Out, &want); err != nil {
+					t.Fatal(err)
+				}
+				for i, toks := range fx.TokenSeqs {
+					if want[i] == nil {
+						continue // tokenizers panics here (Strip's cuts cross)
+					}
+					out := &sink{}
+					var head stage = out
+					for k := len(specs) - 1; k >= 0; k-- {
+						head = specs[k].newStage(head)
+					}
+					var got string
+					for _, tk := range toks {
+						head.push(tk, false)
+						got += out.b.String()
+						out.b.Reset()
+						if !strings.HasPrefix(*want[i], got) {
+							t.Fatalf("%q: released %q, not a prefix of %q", toks, got, *want[i])
+						}
+					}
+					head.end()
+					got += out.b.String()
+					if got != *want[i] {
+						t.Errorf("%q: got %q, want %q", toks, got, *want[i])
 					}
 				}
 			case "normalizer":

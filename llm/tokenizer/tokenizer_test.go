@@ -370,3 +370,25 @@ func FuzzEncodeDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestLoadRefusesHugeFile proves the maxFileBytes guard: a sparse
+// tokenizer.json one byte over the limit is refused before it is read (the
+// fault injected is the oversized file itself).
+func TestLoadRefusesHugeFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "tokenizer.json")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(maxFileBytes + 1); err != nil {
+		t.Skip("cannot make a sparse file here:", err)
+	}
+	f.Close()
+	if _, err := Load(dir); !errors.Is(err, errs.ErrInvalidInput) {
+		t.Errorf("Load of a %d-byte tokenizer.json: %v, want ErrInvalidInput", maxFileBytes+1, err)
+	}
+	if _, err := Load(t.TempDir()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load of an empty directory: %v, want ErrNotExist", err)
+	}
+}
