@@ -46,6 +46,15 @@ LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
+# Patterns of other byte-level families, run through the generic path (RE2
+# alternatives around the one look-ahead): tiktoken's o200k pattern and the
+# last of DeepSeek-V3's splits.
+O200K_STYLE_SPLIT = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+                     r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+                     r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+DEEPSEEK_STYLE_SPLIT = (r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|"
+                        r" ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
 CORPUS = [
     "The quick brown fox jumps over the lazy dog. It's 10:45 and we're late!",
     "I'll say it again: don't panic, they've got 3 towels and 42 answers.",
@@ -431,6 +440,8 @@ def component_fixtures(out, rng, count):
         "split-qwen2": P.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
         "bytelevel-gpt2": P.ByteLevel(add_prefix_space=False, use_regex=True),
         "bytelevel-prefix": P.ByteLevel(add_prefix_space=True, use_regex=True),
+        "split-o200k-style": P.Split(Regex(O200K_STYLE_SPLIT), behavior="isolated"),
+        "split-deepseek-style": P.Split(Regex(DEEPSEEK_STYLE_SPLIT), behavior="isolated"),
         "split-words-removed-inverted": P.Split(Regex(r"\w+|[^\w\s]+"), behavior="removed", invert=True),
         "split-space-merged-prev": P.Split(" ", behavior="merged_with_previous"),
         "split-digits-contiguous": P.Split(Regex(r"\d"), behavior="contiguous"),

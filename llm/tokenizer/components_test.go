@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"encoding/json"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,13 +47,33 @@ func TestComponentsMatchHF(t *testing.T) {
 				if err := json.Unmarshal(c.Out, &want); err != nil {
 					t.Fatal(err)
 				}
-				for i, s := range fx.Strings {
-					var got []string
-					for _, q := range p.preTokenize([]piece{{s: s, first: true}}) {
-						got = append(got, q.s)
+				pres := []preTokenizer{p}
+				// The published patterns also run through the generic
+				// look-ahead matcher, which must agree with Oniguruma too.
+				if sp, ok := p.(splitPre); ok {
+					if _, known := sp.m.(scanner); known {
+						var re struct {
+							Pattern struct{ Regex string } `json:"pattern"`
+						}
+						if err := json.Unmarshal(c.Spec, &re); err != nil {
+							t.Fatal(err)
+						}
+						m, ok, err := newAltMatcher(re.Pattern.Regex)
+						if !ok || err != nil {
+							t.Fatalf("generic matcher for %q: %v %v", re.Pattern.Regex, ok, err)
+						}
+						pres = append(pres, splitPre{m: m, beh: sp.beh, invert: sp.invert})
 					}
-					if !slices.Equal(got, want[i]) && !(len(got) == 0 && len(want[i]) == 0) {
-						t.Errorf("%q:\n got %q\nwant %q", s, got, want[i])
+				}
+				for _, p := range pres {
+					for i, s := range fx.Strings {
+						var got []string
+						for _, q := range p.preTokenize([]piece{{s: s, first: true}}) {
+							got = append(got, q.s)
+						}
+						if !slices.Equal(got, want[i]) && !(len(got) == 0 && len(want[i]) == 0) {
+							t.Errorf("%T %q:\n got %q\nwant %q", p, s, got, want[i])
+						}
 					}
 				}
 			case "decoder":
@@ -105,5 +126,31 @@ func TestComponentsMatchHF(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestScannersAgreeWithGenericMatcher runs the hand-written scanners and the
+// generic look-ahead matcher (RE2 alternatives around \s+(?!\S)) on random
+// strings: two independent implementations of the same patterns, both
+// checked against Oniguruma above on fewer strings.
+func TestScannersAgreeWithGenericMatcher(t *testing.T) {
+	alpha := []rune("aZzſK1٣² \t\n\r\u00a0\u3000\u2028\u0085'sStTlLdDmMrReEvV.,-/😀中\u0301\u200dǅ")
+	rng := rand.New(rand.NewSource(3))
+	for _, pat := range []string{gpt2Pattern, llama3Pattern, qwen2Pattern} {
+		sc, _ := knownScanner(pat)
+		gen, ok, err := newAltMatcher(pat)
+		if !ok || err != nil {
+			t.Fatalf("%q: %v %v", pat, ok, err)
+		}
+		for it := 0; it < 20000; it++ {
+			rs := make([]rune, rng.Intn(16))
+			for i := range rs {
+				rs[i] = alpha[rng.Intn(len(alpha))]
+			}
+			s := string(rs)
+			if a, b := sc.findAll(s), gen.findAll(s); !slices.Equal(a, b) {
+				t.Fatalf("%q on %q: scanner %v, generic %v", pat, s, a, b)
+			}
+		}
 	}
 }

@@ -323,6 +323,13 @@ func parsePreTokenizer(raw json.RawMessage, depth int) (preTokenizer, error) {
 			if m, ok := knownScanner(*re.Regex); ok {
 				return splitPre{m: m, beh: beh, invert: h.Invert}, nil
 			}
+			m, ok, err := newAltMatcher(*re.Regex)
+			if err != nil {
+				return nil, unsupported("pre_tokenizer.Split", "Regex", err.Error())
+			}
+			if ok {
+				return splitPre{m: m, beh: beh, invert: h.Invert}, nil
+			}
 		}
 		p, err := parsePattern("pre_tokenizer.Split", h.Pattern)
 		if err != nil {

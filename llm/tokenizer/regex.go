@@ -14,9 +14,10 @@ import (
 // look-around and its Perl classes are ASCII-only. The three split patterns
 // that ship with nearly every byte-level BPE checkpoint (GPT-2's, Llama 3's and
 // Qwen2's) use the look-ahead \s+(?!\S), so they are implemented below as
-// hand-written scanners that follow the regexes' backtracking semantics; any
-// other regex is translated to RE2 (Unicode classes spelled out) when that
-// keeps its meaning, and refused otherwise.
+// hand-written scanners that follow the regexes' backtracking semantics.
+// Other patterns whose only look-around is a top-level \s+(?!\S) alternative
+// run through altMatcher; any other regex is translated to RE2 (Unicode
+// classes spelled out) when that keeps its meaning, and refused otherwise.
 
 // Published pre-tokenisation patterns, byte for byte as they appear in
 // tokenizer.json files.
@@ -226,6 +227,30 @@ func llamaAt(s string, i int, maxDigits int) int {
 // Ruby syntax; look-around, atomic groups, possessive quantifiers, back
 // references, \b, \h and POSIX brackets are refused.
 func compileOnigSubset(src string) (*regexp.Regexp, error) {
+	t, err := translateOnig(src)
+	if err != nil {
+		return nil, err
+	}
+	re, err := regexp.Compile(t)
+	if err != nil {
+		return nil, fmt.Errorf("regex %q: %v", src, err)
+	}
+	if re.MatchString("") {
+		return nil, errEmptyMatch(src)
+	}
+	return re, nil
+}
+
+// errEmptyMatch refuses a regex that can match the empty string: where
+// Oniguruma's iteration and RE2's place empty matches differ, and splits
+// depend on them. No published pre-tokenizer pattern matches empty.
+func errEmptyMatch(src string) error {
+	return fmt.Errorf("regex %q can match the empty string, which is not supported", src)
+}
+
+// translateOnig rewrites an Oniguruma regex in RE2 syntax (see
+// compileOnigSubset).
+func translateOnig(src string) (string, error) {
 	const space = `\t-\r\x{85}\p{Z}`
 	var b strings.Builder
 	inClass := false
@@ -234,7 +259,7 @@ func compileOnigSubset(src string) (*regexp.Regexp, error) {
 		switch {
 		case c == '\\':
 			if i+1 >= len(src) {
-				return nil, fmt.Errorf("regex %q ends in a backslash", src)
+				return "", fmt.Errorf("regex %q ends in a backslash", src)
 			}
 			i++
 			switch e := src[i]; e {
@@ -252,7 +277,7 @@ func compileOnigSubset(src string) (*regexp.Regexp, error) {
 				b.WriteString(`\P{Nd}`)
 			case 'S', 'W':
 				if inClass {
-					return nil, fmt.Errorf("regex %q: \\%c inside a character class has no RE2 equivalent", src, e)
+					return "", fmt.Errorf("regex %q: \\%c inside a character class has no RE2 equivalent", src, e)
 				}
 				cls := space
 				if e == 'W' {
@@ -260,15 +285,15 @@ func compileOnigSubset(src string) (*regexp.Regexp, error) {
 				}
 				b.WriteString(wrap(cls, false, true))
 			case 'b', 'B', 'h', 'H', 'R', 'X', 'G', 'K', 'k', 'g', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-				return nil, fmt.Errorf("regex %q: \\%c is not supported", src, e)
+				return "", fmt.Errorf("regex %q: \\%c is not supported", src, e)
 			default:
 				b.WriteByte('\\')
 				b.WriteByte(e)
 			}
 		case inClass && c == '[':
-			return nil, fmt.Errorf("regex %q: nested character classes and POSIX brackets are not supported", src)
+			return "", fmt.Errorf("regex %q: nested character classes and POSIX brackets are not supported", src)
 		case inClass && c == '&' && i+1 < len(src) && src[i+1] == '&':
-			return nil, fmt.Errorf("regex %q: class intersection is not supported", src)
+			return "", fmt.Errorf("regex %q: class intersection is not supported", src)
 		case inClass && c == ']':
 			inClass = false
 			b.WriteByte(c)
@@ -288,7 +313,7 @@ func compileOnigSubset(src string) (*regexp.Regexp, error) {
 			rest := src[i+2:]
 			if strings.HasPrefix(rest, "=") || strings.HasPrefix(rest, "!") || strings.HasPrefix(rest, "<") ||
 				strings.HasPrefix(rest, ">") || strings.HasPrefix(rest, "~") || strings.HasPrefix(rest, "#") {
-				return nil, fmt.Errorf("regex %q: look-around, atomic groups and comments are not supported", src)
+				return "", fmt.Errorf("regex %q: look-around, atomic groups and comments are not supported", src)
 			}
 			b.WriteByte(c)
 		case !inClass && c == '^':
@@ -299,11 +324,7 @@ func compileOnigSubset(src string) (*regexp.Regexp, error) {
 			b.WriteByte(c)
 		}
 	}
-	re, err := regexp.Compile(b.String())
-	if err != nil {
-		return nil, fmt.Errorf("regex %q: %v", src, err)
-	}
-	return re, nil
+	return b.String(), nil
 }
 
 func wrap(cls string, inClass, negate bool) string {
@@ -362,4 +383,135 @@ func isOnigWord(r rune) bool {
 		return true
 	}
 	return isOnigWordInClass(r)
+}
+
+// lookaheadWS is the one look-around the published split patterns use.
+const lookaheadWS = `\s+(?!\S)`
+
+// splitAlternatives splits a regex at its top-level '|'.
+func splitAlternatives(src string) []string {
+	var alts []string
+	depth, inClass, start := 0, false, 0
+	for i := 0; i < len(src); i++ {
+		switch c := src[i]; {
+		case c == '\\':
+			i++
+		case inClass:
+			if c == ']' {
+				inClass = false
+			}
+		case c == '[':
+			inClass = true
+			if i+1 < len(src) && src[i+1] == '^' {
+				i++
+			}
+			if i+1 < len(src) && src[i+1] == ']' {
+				i++
+			}
+		case c == '(':
+			depth++
+		case c == ')':
+			depth--
+		case c == '|' && depth == 0:
+			alts = append(alts, src[start:i])
+			start = i + 1
+		}
+	}
+	return append(alts, src[start:])
+}
+
+// altMatcher runs a top-level alternation in which one alternative is
+// \s+(?!\S) and the others are RE2-expressible, with a backtracking engine's
+// semantics: at the leftmost position where any alternative matches, the
+// first alternative (in order) that matches there wins. The alternatives
+// before and after the look-ahead are each compiled as one anchored RE2
+// program, which keeps their order.
+type altMatcher struct {
+	before, after *regexp.Regexp // nil when there are none
+}
+
+// newAltMatcher returns a matcher for src if it has the shape above.
+func newAltMatcher(src string) (matcher, bool, error) {
+	alts := splitAlternatives(src)
+	k := -1
+	for i, a := range alts {
+		if a == lookaheadWS {
+			if k >= 0 {
+				return nil, false, nil
+			}
+			k = i
+		}
+	}
+	if k < 0 {
+		return nil, false, nil
+	}
+	var m altMatcher
+	for part, list := range [][]string{alts[:k], alts[k+1:]} {
+		if len(list) == 0 {
+			continue
+		}
+		var tr []string
+		for _, a := range list {
+			t, err := translateOnig(a)
+			if err != nil {
+				return nil, true, err
+			}
+			if strings.Contains(t, "(?m:^)") || strings.Contains(t, "(?m:$)") {
+				return nil, true, fmt.Errorf("regex %q: anchors beside a look-ahead are not supported", src)
+			}
+			tr = append(tr, "(?:"+t+")")
+		}
+		re, err := regexp.Compile(`\A(?:` + strings.Join(tr, "|") + `)`)
+		if err != nil {
+			return nil, true, fmt.Errorf("regex %q: %v", src, err)
+		}
+		if re.MatchString("") {
+			return nil, true, errEmptyMatch(src)
+		}
+		if part == 0 {
+			m.before = re
+		} else {
+			m.after = re
+		}
+	}
+	return m, true, nil
+}
+
+func (m altMatcher) at(s string, i int) (int, bool) {
+	if m.before != nil {
+		if loc := m.before.FindStringIndex(s[i:]); loc != nil {
+			return i + loc[1], true
+		}
+	}
+	// \s+(?!\S): the white-space run if it ends the text, else the run less
+	// its last rune (which the look-ahead then sees), if that leaves any.
+	if r, w := runeAt(s, i); w > 0 && isS(r) {
+		end := runEnd(s, i, isS, -1)
+		if end == len(s) {
+			return end, true
+		}
+		if _, lw := utf8.DecodeLastRuneInString(s[:end]); end-lw > i {
+			return end - lw, true
+		}
+	}
+	if m.after != nil {
+		if loc := m.after.FindStringIndex(s[i:]); loc != nil {
+			return i + loc[1], true
+		}
+	}
+	return 0, false
+}
+
+func (m altMatcher) findAll(s string) [][2]int {
+	var out [][2]int
+	for i := 0; i < len(s); {
+		if j, ok := m.at(s, i); ok && j > i {
+			out = append(out, [2]int{i, j})
+			i = j
+			continue
+		}
+		_, w := runeAt(s, i)
+		i += w
+	}
+	return out
 }
