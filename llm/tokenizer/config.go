@@ -205,20 +205,68 @@ func compileChat(src string, names specialNames) (*chatTemplate, error) {
 }
 
 func (ct *chatTemplate) render(messages []Message, addGenerationPrompt bool) (string, error) {
-	data := make(map[string]any, len(ct.vars)+2)
+	data := make(map[string]jinja.Value, len(ct.vars)+6)
 	for k, v := range ct.vars {
-		data[k] = v
+		data[k] = jinja.FromGoValue(v)
 	}
 	msgs := make([]any, len(messages))
 	for i, m := range messages {
 		msgs[i] = map[string]any{"role": m.Role, "content": m.Content}
 	}
-	data["messages"] = msgs
-	data["add_generation_prompt"] = addGenerationPrompt
+	data["messages"] = jinja.FromGoValue(msgs)
+	data["add_generation_prompt"] = jinja.NewBool(addGenerationPrompt)
 	// transformers passes these as None when the caller gives none.
-	data["tools"] = nil
-	data["documents"] = nil
-	return ct.tmpl.Render(data)
+	data["tools"] = jinja.None()
+	data["documents"] = jinja.None()
+	data["range"] = jinja.NewCallable("range", boundedRange)
+	return ct.tmpl.RenderValues(data)
+}
+
+// maxRange is Jinja2's sandbox MAX_RANGE: transformers renders templates in
+// an ImmutableSandboxedEnvironment, whose range() refuses more items
+// (https://github.com/pallets/jinja/blob/main/src/jinja2/sandbox.py). The
+// library's own range has no bound, so a template could allocate without
+// limit at load.
+const maxRange = 100000
+
+// boundedRange is Python's range with Jinja2's sandbox bound.
+func boundedRange(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	n := make([]int64, len(args))
+	for i, a := range args {
+		if !a.IsInt() {
+			return jinja.Undefined(), fmt.Errorf("range: argument %d is not an integer", i+1)
+		}
+		n[i] = a.AsInt()
+	}
+	start, stop, step := int64(0), int64(0), int64(1)
+	switch len(n) {
+	case 1:
+		stop = n[0]
+	case 2:
+		start, stop = n[0], n[1]
+	case 3:
+		start, stop, step = n[0], n[1], n[2]
+	default:
+		return jinja.Undefined(), fmt.Errorf("range: expected 1 to 3 arguments, got %d", len(n))
+	}
+	if step == 0 {
+		return jinja.Undefined(), fmt.Errorf("range: step must not be zero")
+	}
+	var count int64
+	switch {
+	case step > 0 && stop > start:
+		count = (stop - start + step - 1) / step
+	case step < 0 && stop < start:
+		count = (start - stop - step - 1) / -step
+	}
+	if count > maxRange || count < 0 {
+		return jinja.Undefined(), fmt.Errorf("range: %d items is more than the %d a sandboxed template may make", count, maxRange)
+	}
+	items := make([]jinja.Value, count)
+	for i := range items {
+		items[i] = jinja.NewInt(start + int64(i)*step)
+	}
+	return jinja.NewList(items), nil
 }
 
 // ErrNoChatTemplate is returned by ApplyChatTemplate when the checkpoint has

@@ -227,6 +227,11 @@ func (t *Tokenizer) setAdded(list []addedToken, fromConfig map[string]addedToken
 	for id := range t.addedByID {
 		n = max(n, id+1)
 	}
+	// Ids index a table, so a file naming a few tokens with huge ids would
+	// make a huge allocation from a few bytes: real vocabularies are dense.
+	if count := len(t.model.vocab) + len(t.addedByID); n > 2*count+1024 {
+		return badJSON("model.vocab", "ids run to %d for %d tokens; vocabularies this sparse are not supported", n-1, count)
+	}
 	t.vocabSize = n
 	t.idToTok = make([]string, n)
 	seen := make([]bool, n)

@@ -271,6 +271,8 @@ func TestBadTokenizerJSON(t *testing.T) {
 		{"dropout", edit(t, "llama2", "model", `{"type":"BPE","dropout":0.1,"vocab":{"a":0},"merges":[]}`), nil, errs.ErrUnsupported, "dropout"},
 		{"merge not in vocab", edit(t, "llama2", "model", `{"type":"BPE","vocab":{"a":0,"b":1},"merges":["a b"]}`), nil, errs.ErrInvalidInput, "merged token"},
 		{"merge malformed", edit(t, "llama2", "model", `{"type":"BPE","vocab":{"a":0},"merges":[3]}`), nil, errs.ErrInvalidInput, "merges[0]"},
+		// The fault for the sparse-id guard: 30 bytes asking for a 16M-entry table.
+		{"sparse ids", edit(t, "llama2", "model", `{"type":"BPE","vocab":{"a":16000000},"merges":[]}`), nil, errs.ErrInvalidInput, "sparse"},
 		{"negative id", edit(t, "llama2", "model", `{"type":"BPE","vocab":{"a":-4},"merges":[]}`), nil, errs.ErrInvalidInput, "-4"},
 		{"unk not in vocab", edit(t, "llama2", "model", `{"type":"BPE","unk_token":"<zz>","vocab":{"a":0},"merges":[]}`), nil, errs.ErrInvalidInput, "unk_token"},
 		{"deep nesting", edit(t, "llama3", "normalizer", strings.Repeat(`{"type":"Sequence","normalizers":[`, 40)+`{"type":"NFC"}`+strings.Repeat(`]}`, 40)), nil, errs.ErrInvalidInput, "nested"},
