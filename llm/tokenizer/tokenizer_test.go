@@ -17,7 +17,7 @@ import (
 // scripts/gen-tokenizer-fixtures.py with Hugging Face tokenizers 0.22.1 and
 // transformers 4.57.1: every expected value below comes from those libraries.
 
-var families = []string{"llama3", "qwen2", "gpt2", "llama2", "mistral", "metaspace"}
+var families = []string{"llama3", "qwen2", "gpt2", "llama2", "mistral", "metaspace", "unk", "subword"}
 
 type expected struct {
 	Meta struct {
