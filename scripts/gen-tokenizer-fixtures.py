@@ -11,7 +11,8 @@ conversations in expected.json beside them:
            (checked equal to tokenizers' Tokenizer.encode(...).ids)
   decode:  transformers tokenizer.decode(ids, skip_special_tokens=True/False)
   chat:    transformers apply_chat_template(messages, tokenize=False,
-           add_generation_prompt=True/False), or "error" when it raises
+           add_generation_prompt=True/False) and its ids with tokenize=True,
+           or "error" when it raises
 
 Run in a throw-away virtual environment:
   python3 -m venv /tmp/tokvenv
@@ -429,6 +430,7 @@ def main():
                 rec = {"messages": conv, "add_generation_prompt": gen}
                 try:
                     rec["text"] = hf.apply_chat_template(conv, tokenize=False, add_generation_prompt=gen)
+                    rec["ids"] = hf.apply_chat_template(conv, tokenize=True, add_generation_prompt=gen)
                 except Exception as e:  # noqa: BLE001 - the template raised, as intended for some
                     rec["error"] = type(e).__name__ + ": " + str(e)
                 chat.append(rec)

@@ -289,3 +289,15 @@ func (t *Tokenizer) ApplyChatTemplate(messages []Message, addGenerationPrompt bo
 
 // HasChatTemplate reports whether the checkpoint has a chat template.
 func (t *Tokenizer) HasChatTemplate() bool { return t.chat != nil }
+
+// EncodeChat renders messages with the chat template and encodes the result
+// without the post-processor's special tokens, as transformers'
+// apply_chat_template(messages, tokenize=True, add_generation_prompt=...)
+// does: the template writes its own BOS, so adding one would double it.
+func (t *Tokenizer) EncodeChat(messages []Message, addGenerationPrompt bool) ([]int, error) {
+	s, err := t.ApplyChatTemplate(messages, addGenerationPrompt)
+	if err != nil {
+		return nil, err
+	}
+	return t.Encode(s, false)
+}

@@ -40,6 +40,7 @@ type expected struct {
 		Messages []Message `json:"messages"`
 		Gen      bool      `json:"add_generation_prompt"`
 		Text     *string   `json:"text"`
+		IDs      []int     `json:"ids"`
 		Error    string    `json:"error"`
 	} `json:"chat"`
 }
@@ -191,6 +192,10 @@ func TestChatTemplate(t *testing.T) {
 					t.Errorf("%v gen=%v: %v", c.Messages, c.Gen, err)
 				} else if got != *c.Text {
 					t.Errorf("%v gen=%v\n got %q\nwant %q", c.Messages, c.Gen, got, *c.Text)
+				}
+				ids, err := tok.EncodeChat(c.Messages, c.Gen)
+				if err != nil || !slices.Equal(ids, c.IDs) {
+					t.Errorf("EncodeChat(%v, %v) = %v, %v; want %v", c.Messages, c.Gen, ids, err, c.IDs)
 				}
 			}
 		})
