@@ -127,6 +127,7 @@ TESTS = [
     "<s><s></s>",
     "<mask> masked <mask>",
     "say hello world now",
+    "testing in the inn <extra>",
     "hello worldwide",
     "[RS]   after rs",
     "tabs\tand\ttabs\t\t\t",
@@ -330,8 +331,11 @@ def build_families():
                              kw=dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>",
                                      clean_up_tokenization_spaces=True))
     # No byte fallback: characters outside the vocabulary become <unk>, fused.
+    # Its config also declares special tokens tokenizer.json lacks ("in" is in
+    # the vocabulary, "<extra>" is not): transformers adds both as special.
     fams["unk"] = dict(tok=sp_tokenizer(vocab, merges, legacy=True, byte_fallback=False),
                        cls=PreTrainedTokenizerFast, template=MISTRAL_TEMPLATE, small=True,
+                       extra_config={"additional_special_tokens": ["in", "<extra>"]},
                        kw=dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>",
                                clean_up_tokenization_spaces=False))
     # Subword markers: continuing_subword_prefix and end_of_word_suffix, the
@@ -402,6 +406,12 @@ def main():
             p = os.path.join(d, extra)
             if os.path.exists(p):
                 os.remove(p)
+        if fam.get("extra_config"):
+            p = os.path.join(d, "tokenizer_config.json")
+            cfg = json.load(open(p, encoding="utf-8"))
+            cfg.update(fam["extra_config"])
+            with open(p, "w", encoding="utf-8") as f:
+                json.dump(cfg, f, ensure_ascii=False, indent=2)
         hf = AutoTokenizer.from_pretrained(d)
         raw = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
         enc = []

@@ -17,6 +17,10 @@ type config struct {
 	ChatTemplate         string
 	AddedTokensDecoder   map[string]addedToken
 	hasChatTemplateField bool
+	// Specials are the special tokens the config declares, in transformers'
+	// SPECIAL_TOKENS_ATTRIBUTES order; transformers adds any of them that
+	// tokenizer.json lacks as special added tokens.
+	Specials []string
 }
 
 // specialNames are the special token strings a chat template may use.
@@ -63,6 +67,10 @@ func parseConfig(b []byte) (config, error) {
 		Class              string                `json:"tokenizer_class"`
 		ChatTemplate       json.RawMessage       `json:"chat_template"`
 		AddedTokensDecoder map[string]addedToken `json:"added_tokens_decoder"`
+		SEP                json.RawMessage       `json:"sep_token"`
+		CLS                json.RawMessage       `json:"cls_token"`
+		Mask               json.RawMessage       `json:"mask_token"`
+		Additional         []json.RawMessage     `json:"additional_special_tokens"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return c, &FormatError{File: "tokenizer_config.json", Detail: "not a JSON object of the expected shape", Err: err}
@@ -79,6 +87,26 @@ func parseConfig(b []byte) (config, error) {
 	}
 	if c.PAD, err = tokenField(raw.PAD, "pad_token"); err != nil {
 		return c, err
+	}
+	named := []struct {
+		raw   json.RawMessage
+		field string
+	}{{raw.BOS, "bos_token"}, {raw.EOS, "eos_token"}, {raw.UNK, "unk_token"}, {raw.SEP, "sep_token"},
+		{raw.PAD, "pad_token"}, {raw.CLS, "cls_token"}, {raw.Mask, "mask_token"}}
+	for i, a := range raw.Additional {
+		named = append(named, struct {
+			raw   json.RawMessage
+			field string
+		}{a, fmt.Sprintf("additional_special_tokens[%d]", i)})
+	}
+	for _, n := range named {
+		s, err := tokenField(n.raw, n.field)
+		if err != nil {
+			return c, err
+		}
+		if s != nil && *s != "" {
+			c.Specials = append(c.Specials, *s)
+		}
 	}
 	c.AddBOS, c.AddEOS, c.Class, c.AddedTokensDecoder = raw.AddBOS, raw.AddEOS, raw.Class, raw.AddedTokensDecoder
 	c.Cleanup = raw.Cleanup != nil && *raw.Cleanup

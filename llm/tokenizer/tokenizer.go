@@ -154,7 +154,7 @@ func fromJSON(tb, cb, templateFile []byte) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := t.setAdded(tj.AddedTokens, cfg.AddedTokensDecoder); err != nil {
+	if err := t.setAdded(tj.AddedTokens, cfg.AddedTokensDecoder, cfg.Specials); err != nil {
 		return nil, err
 	}
 	if err := t.applyConfig(cfg, templateFile); err != nil {
@@ -164,9 +164,10 @@ func fromJSON(tb, cb, templateFile []byte) (*Tokenizer, error) {
 }
 
 // setAdded registers the added tokens (tokenizer.json's list, then any
-// further ones tokenizer_config.json's added_tokens_decoder declares, as
-// transformers adds them) and builds the matching tries and the id table.
-func (t *Tokenizer) setAdded(list []addedToken, fromConfig map[string]addedToken) error {
+// further ones tokenizer_config.json's added_tokens_decoder declares, then
+// declared special tokens still missing, as PreTrainedTokenizerFast's
+// constructor adds them) and builds the matching tries and the id table.
+func (t *Tokenizer) setAdded(list []addedToken, fromConfig map[string]addedToken, specials []string) error {
 	t.addedByID = make(map[int]*addedToken)
 	t.addedByS = make(map[string]int)
 	for i, a := range list {
@@ -193,8 +194,33 @@ func (t *Tokenizer) setAdded(list []addedToken, fromConfig map[string]addedToken
 			return err
 		}
 	}
+	for _, sp := range specials {
+		if _, ok := t.addedByS[sp]; ok {
+			continue
+		}
+		id, ok := t.model.vocab[sp]
+		if !ok {
+			id = t.nextID() // as AddedVocabulary::add_tokens numbers a new token
+		}
+		if err := t.addToken(addedToken{ID: id, Content: sp, Special: true}, "tokenizer_config.json special token"); err != nil {
+			return err
+		}
+	}
 	t.buildTries()
 	return t.buildIDTable()
+}
+
+// nextID is the id tokenizers gives a token new to the vocabulary: one past
+// the largest id in use, and at least the model's vocabulary size.
+func (t *Tokenizer) nextID() int {
+	n := len(t.model.vocab)
+	for _, id := range t.model.vocab {
+		n = max(n, id+1)
+	}
+	for id := range t.addedByID {
+		n = max(n, id+1)
+	}
+	return n
 }
 
 func (t *Tokenizer) addToken(a addedToken, where string) error {

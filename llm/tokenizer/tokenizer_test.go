@@ -282,7 +282,7 @@ func TestBadTokenizerJSON(t *testing.T) {
 		{"unk not in vocab", edit(t, "llama2", "model", `{"type":"BPE","unk_token":"<zz>","vocab":{"a":0},"merges":[]}`), nil, errs.ErrInvalidInput, "unk_token"},
 		{"deep nesting", edit(t, "llama3", "normalizer", strings.Repeat(`{"type":"Sequence","normalizers":[`, 40)+`{"type":"NFC"}`+strings.Repeat(`]}`, 40)), nil, errs.ErrInvalidInput, "nested"},
 		{"config garbage", readFixture(t, "llama3", "tokenizer.json"), []byte("{{"), errs.ErrInvalidInput, "tokenizer_config.json"},
-		{"bos not in vocab", readFixture(t, "llama3", "tokenizer.json"), []byte(`{"bos_token":"<nope>"}`), errs.ErrInvalidInput, "bos_token"},
+		{"bos not a token", readFixture(t, "llama3", "tokenizer.json"), []byte(`{"bos_token":5}`), errs.ErrInvalidInput, "bos_token"},
 		{"bad template", readFixture(t, "llama3", "tokenizer.json"), []byte(`{"chat_template":"{% for m in messages %}{{ m.content "}`), errs.ErrUnsupported, "chat_template"},
 		{"template raises on probe", readFixture(t, "llama3", "tokenizer.json"), []byte(`{"chat_template":"{{ raise_exception('no') }}"}`), errs.ErrUnsupported, "no"},
 	}
