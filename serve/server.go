@@ -496,9 +496,6 @@ func (s *Server) infer(ctx context.Context, m *model, req *InferRequest, start t
 	if err != nil {
 		return nil, err
 	}
-	if err := refuseEmpty(p.inputs); err != nil {
-		return nil, err
-	}
 	p.ctx, p.enq, p.done = ctx, start, make(chan result, 1)
 	if !m.q.push(p) {
 		return nil, &QueueFullError{Model: m.name, Size: m.cfg.MaxQueueSize}
@@ -529,20 +526,6 @@ func (s *Server) infer(ctx context.Context, m *model, req *InferRequest, start t
 		out.Outputs = append(out.Outputs, res.outputs[k])
 	}
 	return out, nil
-}
-
-// refuseEmpty answers a request with an empty input (a zero dimension)
-// 400: the runtime cannot compile every model for empty tensors (a Gemm
-// with no rows fails to compile), so rather than a 500 from the compiler
-// the server refuses them, naming the input.
-func refuseEmpty(inputs []Tensor) error {
-	for _, t := range inputs {
-		if len(t.Data) == 0 && slices.Contains(t.Shape, 0) {
-			return &errs.InputError{Name: t.Name, Problem: "shape",
-				Expected: "no zero dimension (the server does not run a model on an empty tensor)", Got: fmt.Sprint(t.Shape)}
-		}
-	}
-	return nil
 }
 
 // selectOutputs maps requested output names to indices (all when none).
