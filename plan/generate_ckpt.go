@@ -28,6 +28,8 @@ type Checkpoint struct {
 	HeaderBytes  int64 `json:"header_bytes,omitempty"`
 	// HeaderDTypes counts the tensors of each stored dtype.
 	HeaderDTypes map[string]int `json:"header_dtypes,omitempty"`
+	// Notes say what of the headers was left out of the count and why.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // planArchitectures are the decoders whose weights the arithmetic of
@@ -72,6 +74,12 @@ func LoadCheckpoint(dir string) (*Checkpoint, error) {
 		for name, t := range h {
 			if strings.HasSuffix(name, "rotary_emb.inv_freq") {
 				continue // a buffer some exports keep, not a weight
+			}
+			if cfg.Tied && name == "lm_head.weight" {
+				// Some exports store the tied output projection too; the
+				// model uses the embedding, so it is not a weight of its own.
+				ck.Notes = append(ck.Notes, f+": lm_head.weight stored although tie_word_embeddings is true; not counted (the embedding is used)")
+				continue
 			}
 			ck.HeaderParams += t.elements
 			ck.HeaderBytes += t.end - t.begin
