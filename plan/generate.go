@@ -92,15 +92,20 @@ func (c LLMConfig) KVBytesPerToken(dtypeBytes int) int64 {
 	return 2 * int64(c.Layers) * int64(c.KVHeads) * int64(c.HeadDim) * int64(dtypeBytes)
 }
 
-// kvHeadsPerDevice is the key/value heads one device of a model axis of m
-// holds: kv/m when m divides kv; one (replicated m/kv times) when kv < m.
-// Query heads must split evenly (checked by the caller); a device's
-// contiguous query heads then use ceil(kv/m) groups at most.
+// kvHeadsPerDevice is the most key/value heads one device of a model axis
+// of m needs: each device holds heads/m contiguous query heads (heads is a
+// multiple of m, checked by PlanGenerate) and the kv heads of their groups,
+// heads/kv_heads query heads to a group. That is kv/m when m divides kv,
+// one (the head replicated m/kv times) when kv divides m, and otherwise
+// the largest number of groups a device's query heads touch.
 func (c LLMConfig) kvHeadsPerDevice(m int) int {
-	if c.KVHeads >= m {
-		return (c.KVHeads + m - 1) / m
+	q, g := c.Heads/m, c.Heads/c.KVHeads
+	most := 0
+	for d := range m {
+		first, last := d*q, d*q+q-1
+		most = max(most, last/g-first/g+1)
 	}
-	return 1
+	return most
 }
 
 // split is the elements of one weight on one device of a model axis of m:
@@ -129,9 +134,6 @@ func (c LLMConfig) shards(m int) shardCount {
 	h, f, v, hd := int64(c.Hidden), int64(c.FFN), int64(c.Vocab), int64(c.HeadDim)
 	q, kvd := int64(c.Heads)*hd, int64(c.KVHeads)*hd
 	kvDev := int64(c.kvHeadsPerDevice(m)) * hd
-	if m == 1 {
-		kvDev = kvd
-	}
 	var s shardCount
 	repl := map[string]bool{}
 	add := func(name string, n, dev int64, mm bool) {
@@ -497,9 +499,6 @@ func planGenOne(c LLMConfig, o GenerateOptions, t genTarget, mesh shard.Mesh, wb
 	r.WeightsBytesPerDevice = s.perDevice * int64(wb)
 	r.ReplicatedWeights = s.replicated
 	r.KVHeadsPerDevice = c.kvHeadsPerDevice(m)
-	if m == 1 {
-		r.KVHeadsPerDevice = c.KVHeads
-	}
 	r.KVHeadReplication = r.KVHeadsPerDevice * m / c.KVHeads
 	if r.KVHeadReplication < 1 {
 		r.KVHeadReplication = 1
@@ -508,7 +507,7 @@ func planGenOne(c LLMConfig, o GenerateOptions, t genTarget, mesh shard.Mesh, wb
 		r.Notes = append(r.Notes, fmt.Sprintf("%d key/value heads < model axis %d: each device keeps one kv head (k_proj, v_proj and its KV cache), replicated %d times",
 			c.KVHeads, m, r.KVHeadReplication))
 	} else if c.KVHeads%m != 0 {
-		r.Notes = append(r.Notes, fmt.Sprintf("%d key/value heads do not split evenly over model axis %d: each device keeps %d", c.KVHeads, m, r.KVHeadsPerDevice))
+		r.Notes = append(r.Notes, fmt.Sprintf("%d key/value heads do not split evenly over model axis %d: a device keeps up to %d (counted for every device)", c.KVHeads, m, r.KVHeadsPerDevice))
 	}
 	r.KVBytesPerToken = c.KVBytesPerToken(kb)
 	r.KVBytesPerTokenDevice = 2 * int64(c.Layers) * int64(r.KVHeadsPerDevice) * int64(c.HeadDim) * int64(kb)

@@ -229,6 +229,25 @@ func TestPlanGenerateKVHeadSplit(t *testing.T) {
 	}
 }
 
+// The kv heads a device keeps, by listing each device's query heads and
+// their groups by hand. (Injected fault: ceil(kv/m) instead of the count;
+// the 30/10/6 case fails, a device there touches 3 groups.)
+func TestKVHeadsPerDevice(t *testing.T) {
+	cases := []struct{ heads, kv, m, want int }{
+		{32, 32, 1, 32}, {32, 32, 8, 4}, {32, 8, 4, 2}, {32, 8, 8, 1}, {32, 8, 16, 1}, {32, 8, 32, 1},
+		{24, 3, 6, 1},  // 4 query heads per device inside one 8-head group
+		{30, 10, 6, 3}, // device 1 has query heads 5-9: groups 1 (3-5), 2 (6-8), 3 (9-11)
+		{24, 12, 8, 2}, // 3 query heads, groups of 2
+		{14, 2, 7, 2},  // Qwen2 0.5B over 7: device 3 has query heads 6 and 7, one in each 7-head group
+	}
+	for _, c := range cases {
+		cfg := LLMConfig{Heads: c.heads, KVHeads: c.kv}
+		if got := cfg.kvHeadsPerDevice(c.m); got != c.want {
+			t.Errorf("heads %d kv %d over %d: %d kv heads per device, want %d", c.heads, c.kv, c.m, got, c.want)
+		}
+	}
+}
+
 // What does not fit is a plan, not an error.
 func TestPlanGenerateDoesNotFit(t *testing.T) {
 	cases := []struct {
