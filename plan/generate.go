@@ -78,8 +78,21 @@ func (c LLMConfig) Validate() error {
 	if c.Heads%c.KVHeads != 0 {
 		return invalid("plan: %s: num_attention_heads %d is not a multiple of num_key_value_heads %d", c.Name, c.Heads, c.KVHeads)
 	}
+	// Bound the counts before they are multiplied in int64: the largest
+	// published decoders have under 2e12 parameters.
+	h, l := float64(c.Hidden), float64(c.Layers)
+	if p := 2*float64(c.Vocab)*h + l*(h*float64(c.Heads+2*c.KVHeads)*float64(c.HeadDim)*2+3*h*float64(c.FFN)); p > maxPlanParams {
+		return invalid("plan: %s: about %.3g parameters, over the %g this plans", c.Name, p, float64(maxPlanParams))
+	}
 	return nil
 }
+
+// maxPlanParams bounds the decoders planned, so that every count fits an
+// int64 with room for bytes x tokens.
+const maxPlanParams = 1e14
+
+// maxContext bounds --context (16M tokens).
+const maxContext = 1 << 24
 
 // Params counts the weights' elements.
 func (c LLMConfig) Params() int64 {
@@ -136,11 +149,12 @@ func (c LLMConfig) shards(m int) shardCount {
 	kvDev := int64(c.kvHeadsPerDevice(m)) * hd
 	var s shardCount
 	repl := map[string]bool{}
+	times := int64(1) // the layers' weights are counted once, times the layers
 	add := func(name string, n, dev int64, mm bool) {
-		s.total += n
-		s.perDevice += dev
+		s.total += n * times
+		s.perDevice += dev * times
 		if mm {
-			s.matmul += dev
+			s.matmul += dev * times
 		}
 		if m > 1 && dev == n && !strings.HasSuffix(name, "norm") {
 			repl[name] = true
@@ -154,7 +168,8 @@ func (c LLMConfig) shards(m int) shardCount {
 	embed, _ := split(v*h, c.Vocab, m)
 	s.embedTable = embed
 	add("embed_tokens", v*h, embed, c.Tied) // tied: it is also the output projection
-	for range c.Layers {
+	times = int64(c.Layers)
+	{
 		add("input_layernorm", h, h, false)
 		add("post_attention_layernorm", h, h, false)
 		addSplit("q_proj", h*q, c.Heads, true)
@@ -182,6 +197,7 @@ func (c LLMConfig) shards(m int) shardCount {
 			add("down_proj.bias", h, h, false)
 		}
 	}
+	times = 1
 	add("norm", h, h, false)
 	if !c.Tied {
 		addSplit("lm_head", h*v, c.Vocab, true)
@@ -369,8 +385,8 @@ func PlanGenerate(c LLMConfig, o GenerateOptions) (*GenerateReport, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	if o.Context <= 0 {
-		return nil, invalid("plan: --context %d: want the tokens one sequence may hold (prompt + generated), a positive integer", o.Context)
+	if o.Context <= 0 || o.Context > maxContext {
+		return nil, invalid("plan: --context %d: want the tokens one sequence may hold (prompt + generated), from 1 to %d", o.Context, maxContext)
 	}
 	if c.MaxPositions > 0 && o.Context > c.MaxPositions {
 		return nil, invalid("plan: --context %d exceeds the model's max_position_embeddings %d", o.Context, c.MaxPositions)

@@ -336,6 +336,8 @@ func TestPlanGenerateBadInput(t *testing.T) {
 		{"zero layers", LLMConfig{Name: "x", Heads: 1, KVHeads: 1, HeadDim: 1, Hidden: 1, FFN: 1, Vocab: 1}, GenerateOptions{Slice: "v5e-8", Context: 16}, "num_hidden_layers = 0"},
 		{"kv heads", LLMConfig{Name: "x", Layers: 1, Heads: 6, KVHeads: 4, HeadDim: 1, Hidden: 6, FFN: 1, Vocab: 1}, GenerateOptions{Slice: "v5e-8", Context: 16}, "not a multiple of num_key_value_heads"},
 		{"heads over axis", LLMConfig{Name: "x", Layers: 1, Heads: 6, KVHeads: 6, HeadDim: 1, Hidden: 6, FFN: 1, Vocab: 1}, GenerateOptions{Slice: "v5e-8", Context: 16, Strategy: "tp"}, "num_attention_heads 6 is not a multiple of the model axis 8"},
+		{"context huge", l7, GenerateOptions{Slice: "v5e-8", Context: 1<<24 + 1}, "--context 16777217"},
+		{"absurd sizes", LLMConfig{Name: "x", Layers: 1 << 24, Heads: 1 << 10, KVHeads: 1, HeadDim: 1 << 14, Hidden: 1 << 24, FFN: 1 << 24, Vocab: 1 << 24}, GenerateOptions{Slice: "v5e-8", Context: 16}, "over the 1e+14 this plans"},
 		{"context over positions", loadFixture(t, "llama3-8b"), GenerateOptions{Slice: "v5e-8", Context: 8193}, "max_position_embeddings 8192"},
 	}
 	for _, c := range cases {
@@ -661,3 +663,35 @@ func TestPlanGenerateAgainstLibTPU(t *testing.T) {
 // flopsTol is 10 times the 0.79% measured between libtpu's FLOPs and the
 // arithmetic's for TestPlanGenerateAgainstLibTPU's decoder.
 const flopsTol = 0.08
+
+// FuzzLLMConfig: any config.json is refused with an error, or plans on a
+// v5e-8 without a panic and with positive figures. (The bound on the
+// parameters that keeps the counts inside int64 is proved by
+// TestPlanGenerateBadInput's "absurd sizes": with it removed, that case
+// plans instead of failing.)
+func FuzzLLMConfig(f *testing.F) {
+	for _, d := range []string{"llama3-8b", "qwen2-0.5b", "qwen3-0.6b", "tiny", "mixtral"} {
+		raw, err := os.ReadFile(filepath.Join("testdata", "llm", d, "config.json"))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(raw, 4096)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte, context int) {
+		c, err := parseLLMConfig("config.json", raw)
+		if err != nil {
+			return
+		}
+		c.Name = "fuzz"
+		r, err := PlanGenerate(c, GenerateOptions{Slice: "v5e-8", Context: context})
+		if err != nil {
+			if errs.KindOf(err) != errs.InvalidArgument {
+				t.Fatalf("error of kind %v: %v", errs.KindOf(err), err)
+			}
+			return
+		}
+		if r.WeightsBytes <= 0 || r.WeightsBytesPerDevice <= 0 || r.KVBytesPerSequence <= 0 || r.MaxSequences < 0 || len(r.Decode) == 0 {
+			t.Fatalf("figures out of range: %+v", r)
+		}
+	})
+}
