@@ -127,13 +127,16 @@ func printGenPlan(w io.Writer, r *plan.GenerateReport, ck *plan.Checkpoint) {
 		c.Name, c.Architecture, float64(r.Params), c.Layers, c.Hidden, c.Heads, c.KVHeads, c.HeadDim, c.FFN, c.Vocab, c.Tied)
 	if ck != nil && len(ck.Files) > 0 {
 		fmt.Fprintf(w, "checkpoint %d safetensors file(s), headers declare %d parameters (%s stored, %v): matches config.json\n",
-			len(ck.Files), ck.HeaderParams, gib(ck.HeaderBytes), ck.HeaderDTypes)
+			len(ck.Files), ck.HeaderParams, size(ck.HeaderBytes), ck.HeaderDTypes)
+		for _, n := range ck.Notes {
+			fmt.Fprintf(w, "           %s\n", n)
+		}
 	} else if ck != nil {
 		fmt.Fprintf(w, "checkpoint config.json only (no safetensors files to cross-check)\n")
 	}
 	fmt.Fprintf(w, "slice      %s: %d chips, %d devices; %s, %s weights, %s KV cache, context %d tokens\n",
 		r.Slice, r.Chips, r.Devices, r.Strategy, r.Precision, r.KVDType, r.Context)
-	fmt.Fprintf(w, "weights    %s in all, %s per device (model axis %d)\n", gib(r.WeightsBytes), gib(r.WeightsBytesPerDevice), r.ModelParallel)
+	fmt.Fprintf(w, "weights    %s in all, %s per device (model axis %d)\n", size(r.WeightsBytes), size(r.WeightsBytesPerDevice), r.ModelParallel)
 	if len(r.ReplicatedWeights) > 0 {
 		fmt.Fprintf(w, "           replicated on every device: %v (the rest split)\n", r.ReplicatedWeights)
 	}
