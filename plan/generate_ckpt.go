@@ -57,11 +57,10 @@ func LoadCheckpoint(dir string) (*Checkpoint, error) {
 	}
 	cfg.Name = filepath.Base(filepath.Clean(dir))
 	ck := &Checkpoint{Dir: dir, Config: cfg}
-	files, err := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	files, err := safetensorsFiles(dir)
 	if err != nil {
 		return nil, err
 	}
-	sort.Strings(files)
 	for _, f := range files {
 		h, err := readSafetensorsHeader(f)
 		if err != nil {
@@ -93,6 +92,49 @@ func LoadCheckpoint(dir string) (*Checkpoint, error) {
 	}
 	return ck, nil
 }
+
+// safetensorsFiles lists the checkpoint's weight files: those
+// model.safetensors.index.json maps tensors to when it is there (a
+// directory may hold others, such as Mistral's consolidated.safetensors,
+// that repeat the weights), else every *.safetensors.
+func safetensorsFiles(dir string) ([]string, error) {
+	index := filepath.Join(dir, "model.safetensors.index.json")
+	raw, err := readBounded(index, maxIndexBytes)
+	if errors.Is(err, os.ErrNotExist) {
+		files, err := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+		sort.Strings(files)
+		return files, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ix struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(raw, &ix); err != nil {
+		return nil, invalid("plan: %s: %v", index, err)
+	}
+	seen := map[string]bool{}
+	var files []string
+	for _, f := range ix.WeightMap {
+		if f != filepath.Base(f) || !strings.HasSuffix(f, ".safetensors") {
+			return nil, invalid("plan: %s: weight file %q is not a .safetensors file in the checkpoint directory", index, f)
+		}
+		if !seen[f] {
+			seen[f] = true
+			files = append(files, filepath.Join(dir, f))
+		}
+	}
+	if len(files) == 0 {
+		return nil, invalid("plan: %s: weight_map names no files", index)
+	}
+	sort.Strings(files)
+	return files, nil
+}
+
+// maxIndexBytes bounds model.safetensors.index.json (a tensor name and a
+// file name per weight: well under 1 MiB for the largest models).
+const maxIndexBytes = 16 << 20
 
 func readBounded(path string, limit int64) ([]byte, error) {
 	f, err := os.Open(path)

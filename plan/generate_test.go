@@ -479,6 +479,42 @@ func TestLoadCheckpointHeaders(t *testing.T) {
 			t.Errorf("header params %d files %v", ck.HeaderParams, ck.Files)
 		}
 	})
+	t.Run("index and a stray copy", func(t *testing.T) {
+		// Two shards named by the index, and a consolidated copy of every
+		// weight beside them that the index does not name.
+		dir := tinyDir(t)
+		wm := map[string]string{}
+		a, b := map[string][]int64{}, map[string][]int64{}
+		for n, s := range tinyTensors() {
+			if strings.Contains(n, "layers.1.") {
+				b[n], wm[n] = s, "model-00002-of-00002.safetensors"
+			} else {
+				a[n], wm[n] = s, "model-00001-of-00002.safetensors"
+			}
+		}
+		writeSafetensors(t, filepath.Join(dir, "model-00001-of-00002.safetensors"), a, "BF16", 2)
+		writeSafetensors(t, filepath.Join(dir, "model-00002-of-00002.safetensors"), b, "BF16", 2)
+		writeSafetensors(t, filepath.Join(dir, "consolidated.safetensors"), tinyTensors(), "BF16", 2)
+		ix, _ := json.Marshal(map[string]any{"metadata": map[string]int{"total_size": 2 * tinyParams}, "weight_map": wm})
+		if err := os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), ix, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ck, err := LoadCheckpoint(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ck.HeaderParams != tinyParams || strings.Join(ck.Files, " ") != "model-00001-of-00002.safetensors model-00002-of-00002.safetensors" {
+			t.Errorf("header params %d files %v", ck.HeaderParams, ck.Files)
+		}
+		// An index naming a file outside the directory is refused.
+		ix, _ = json.Marshal(map[string]any{"weight_map": map[string]string{"x": "../model.safetensors"}})
+		if err := os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), ix, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadCheckpoint(dir); err == nil || !strings.Contains(err.Error(), `"../model.safetensors" is not`) {
+			t.Errorf("index naming ../model.safetensors: %v", err)
+		}
+	})
 	t.Run("missing tensor", func(t *testing.T) {
 		dir := tinyDir(t)
 		ts := tinyTensors()
