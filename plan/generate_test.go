@@ -96,7 +96,8 @@ func TestKVBytesPerToken(t *testing.T) {
 }
 
 // Llama 2 7B on a v5e-8, tensor parallel over 8, 4096-token context, bf16:
-// every figure by hand.
+// every figure by hand. (Injected fault: the untied embedding read whole
+// in decode; the bytes and every time after them fail.)
 func TestPlanGenerateLlama7BV5e8(t *testing.T) {
 	r, err := PlanGenerate(llmPreset(t, "llama-7b"), GenerateOptions{Slice: "v5e-8", Strategy: "tp=8", Context: 4096, Batch: 1, Prompt: 1024})
 	if err != nil {
@@ -315,6 +316,9 @@ func TestPlanGenerateAuto(t *testing.T) {
 	}
 }
 
+// Bad input is an InvalidArgument naming the problem. (Injected faults:
+// the max_position_embeddings check and the heads-over-axis check each
+// removed; "context over positions" and "heads over axis" fail.)
 func TestPlanGenerateBadInput(t *testing.T) {
 	l7 := llmPreset(t, "llama-7b")
 	cases := []struct {
@@ -435,7 +439,9 @@ func tinyDir(t *testing.T) string {
 }
 
 // The tiny checkpoint's config arithmetic against its safetensors headers:
-// one file, two shards, a tied duplicate, and headers that disagree.
+// one file, two shards, an index beside a stray copy, a tied duplicate, and
+// headers that disagree. (Injected faults: the count check disabled, and
+// the index ignored; "missing tensor" and "index and a stray copy" fail.)
 func TestLoadCheckpointHeaders(t *testing.T) {
 	// 256*64*2 + 64 + 2*(2*64 + 64*64*2 + 2*32*64 + 3*128*64) by hand.
 	const tinyParams = 256*64*2 + 64 + 2*(2*64+64*64*2+2*32*64+3*128*64)
@@ -544,6 +550,7 @@ func TestLoadCheckpointHeaders(t *testing.T) {
 	})
 }
 
+// (Injected fault: config.json's size bound removed; "huge config" fails.)
 func TestLoadCheckpointBadInput(t *testing.T) {
 	write := func(t *testing.T, cfg string) string {
 		dir := t.TempDir()
@@ -596,6 +603,8 @@ func TestLoadCheckpointBadInput(t *testing.T) {
 	}
 }
 
+// (Injected faults: the data_offsets bound and the shape overflow check
+// each removed; "offsets past data" and "overflow" fail.)
 func TestSafetensorsHeaderBad(t *testing.T) {
 	cases := []struct{ name, header, want string }{
 		{"not json", `[`, "unexpected end"},
@@ -646,6 +655,7 @@ func FuzzSafetensorsHeader(f *testing.F) {
 // tensor parallel over a v5e-8. The compiler's argument bytes per device
 // are the weights plus the two int64 id inputs; its FLOPs and bytes
 // accessed per device are the decode step's without the KV cache.
+// (Injected fault: o_proj counted unsplit; the argument check fails.)
 func TestPlanGenerateAgainstLibTPU(t *testing.T) {
 	if !inChild(t) {
 		return
