@@ -553,6 +553,9 @@ func planGenOne(c LLMConfig, o GenerateOptions, t genTarget, mesh shard.Mesh, wb
 			fmtBytes(r.WeightsBytesPerDevice), r.SequencesPerReplica, o.Context, fmtBytes(r.KVBytesPerSeqDevice),
 			fmtBytes(usable), 100*o.MemoryFraction, fmtBytes(t.hbm))
 	}
+	if kb == 1 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%s KV cache: one byte per element; the scales a quantized cache keeps are not counted", o.KVDType))
+	}
 	if c.SlidingWindow > 0 && c.SlidingWindow < o.Context {
 		r.Notes = append(r.Notes, fmt.Sprintf("sliding_window %d < context %d: the KV cache is sized for the whole context; an engine that keeps only the window needs less",
 			c.SlidingWindow, o.Context))
