@@ -21,7 +21,8 @@ func init() {
 
 func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("plan", stderr, "MODEL|--generate PRESET --slice TYPE [--strategy auto|dp|tp|tp=N|dp=N,tp=M] [--dim NAME=N ...] [--precision bfloat16|float32] [--price USD] [--json]\n"+
-		"       tensorbridge plan MODEL|--generate PRESET --slice TYPE --train --batch B [--optimizer adamw|adam|sgd] [--loss SPEC] [--strategy auto|dp|tp|fsdp] [--dim ...] [--precision ...] [--json]")
+		"       tensorbridge plan MODEL|--generate PRESET --slice TYPE --train --batch B [--optimizer adamw|adam|sgd] [--loss SPEC] [--strategy auto|dp|tp|fsdp] [--dim ...] [--precision ...] [--json]\n"+
+		"       tensorbridge plan CHECKPOINT_DIR|--generate PRESET --slice TYPE --llm --context N [--batch N] [--prompt N] [--strategy auto|tp=M|dp=D,tp=M] [--precision ...] [--kv-dtype ...] [--memory-fraction F] [--json]")
 	slice := fs.String("slice", "", "Cloud TPU accelerator type: v5e-8 (= v5litepod-8), v5p-8, v6e-4, v4-8, tpu7x-8, ...")
 	strategy := fs.String("strategy", "auto", "auto (try each, keep the cheapest that fits), dp, tp, tp=N, dp=N,tp=M")
 	var dims inputFlags
@@ -34,6 +35,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	embedHidden := fs.Bool("embed-hidden", false, "split embeddings over the hidden dimension instead of the vocabulary")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	tf := addTrainPlanFlags(fs)
+	gf := addGenPlanFlags(fs) // plangen.go
 	if err := parse(fs, reorder(fs, args)); err != nil {
 		return err
 	}
@@ -42,6 +44,13 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if *price < 0 || math.IsNaN(*price) || math.IsInf(*price, 0) {
 		return usageErr("--price %v: want a positive price in USD per chip-hour (or leave it out for the price table)", *price)
+	}
+	if *gf.llm {
+		return runGenPlan(fs, gf, *gen, plan.GenerateOptions{Slice: *slice, Strategy: *strategy, Batch: *tf.batch,
+			Precision: *precision, PricePerChipHour: *price}, *asJSON, stdout)
+	}
+	if err := gf.unused(fs); err != nil {
+		return err
 	}
 	var m *onnx.Model
 	var name string

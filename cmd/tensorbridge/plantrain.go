@@ -27,7 +27,7 @@ func addTrainPlanFlags(fs *flag.FlagSet) *trainPlanFlags {
 	return &trainPlanFlags{
 		train:     fs.Bool("train", false, "plan a whole training step (forward, loss, backward, optimizer update) instead of inference"),
 		optimizer: fs.String("optimizer", "adamw", "with --train: adamw, adam or sgd (torch.optim's defaults)"),
-		batch:     fs.Int("batch", 0, "with --train: the global batch (the model's batch dimension)"),
+		batch:     fs.Int("batch", 0, "with --train: the global batch (the model's batch dimension); with --llm: concurrent sequences over the slice"),
 		loss:      fs.String("loss", "", "with --train: an output that is the loss, cross_entropy:OUTPUT:LABELS or mse:OUTPUT:TARGETS (default: next-token cross entropy of the output logits)"),
 		momentum:  fs.Float64("momentum", 0, "with --train and --optimizer sgd: momentum (a momentum buffer per weight when not 0)"),
 		labels:    fs.String("labels-dtype", "int64", "with --train: the dtype of cross-entropy labels, int64 or int32"),
