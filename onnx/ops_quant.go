@@ -275,10 +275,31 @@ func dequantizeLinearConv(opset int) converterFunc {
 }
 
 // convDynamicQuantizeLinear quantizes a Float32 tensor to uint8 with a
-// scale and zero point computed from its range (extended to include 0).
-// When the range is empty (all zeros) the scale is 1/255, as in the ONNX
-// reference implementation, instead of the spec formula's 0, which would
-// divide by zero.
+// scale and zero point computed from its range (extended to include 0), as
+// ONNX Runtime computes them (GetQuantizationParameter and
+// MlasQuantizeLinear in onnxruntime/core, the implementation the ONNX
+// reference mirrors):
+//
+//	scale = (max(x_max, 0) - min(x_min, 0)) / 255, in Float32; 1 when the
+//	        range is empty (ONNX Runtime's choice; the reference's code gives
+//	        1/255 though its comment quotes ONNX Runtime: y is 0 either way)
+//	zero point = round_half_even(clamp(0 - min(x_min, 0)/scale, 0, 255))
+//	y = clamp(round_half_even(x/scale) + zero point, 0, 255)
+//
+// See https://onnx.ai/onnx/operators/onnx__DynamicQuantizeLinear.html.
+// The scale must be the correctly rounded Float32 quotient: a one-ulp error
+// moves every x/scale that lies near a half and flips those quantized
+// values, and the Mul that quantize_dynamic puts after each ConvInteger
+// carries it to the output. XLA rewrites a division by the constant 255
+// into a multiplication by its rounded reciprocal and refolds
+// (span/255)·w_scale into span·(w_scale/255), both one ulp off for many
+// spans (measured on xla-cpu with testdata/models/quant_unet.onnx, see
+// quant_test.go). So the quotient is taken in Float64 from the Float32
+// span and rounded once to Float32: even as a multiplication by Float64's
+// 1/255 it rounds to the correctly rounded Float32 quotient, because
+// span/255 is never within 2^-33 (relative) of a Float32 rounding boundary
+// (255 is odd, so the quotient's significand is at least 1/510 of an ulp
+// away from a half) while the Float64 product errs by at most 2^-52.
 func convDynamicQuantizeLinear(c *opCtx) error {
 	x := quantF32(c.in(0))
 	g := c.g
@@ -286,8 +307,8 @@ func convDynamicQuantizeLinear(c *opCtx) error {
 	hi := graph.Max(graph.ReduceAllMax(x), zero)
 	lo := graph.Min(graph.ReduceAllMin(x), zero)
 	span := graph.Sub(hi, lo)
-	span = graph.Where(graph.Equal(span, zero), graph.Scalar(g, ir.Float32, 1), span)
-	scale := graph.Div(span, graph.Scalar(g, ir.Float32, 255))
+	scale := graph.ConvertDType(graph.Div(graph.ConvertDType(span, ir.Float64), graph.Scalar(g, ir.Float64, 255)), ir.Float32)
+	scale = graph.Where(graph.Equal(span, zero), graph.Scalar(g, ir.Float32, 1), scale)
 	zpf := graph.Sub(zero, graph.Div(lo, scale))
 	zpf = roundHalfEven(graph.Min(graph.Max(zpf, zero), graph.Scalar(g, ir.Float32, 255)))
 	dims := x.Shape().Dimensions
