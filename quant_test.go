@@ -232,11 +232,12 @@ func quantFirstDivergence(t *testing.T) string {
 }
 
 // TestQuantizedUNetValues walks every intermediate value of the quantized
-// U-Net against ONNX Runtime's and names the first that diverges.
-// Injected faults: the scale computed as span/255 in Float32 (the code
-// before this test) diverges first at "enc1a_quant_scales_mul:0" (one ulp)
-// on xla-cpu; rounding half away from zero in quantizeTo diverges at
-// "image_quantized" on cpu.
+// U-Net against ONNX Runtime's and names the first that diverges. Float
+// noise upstream (see quantFloatRelL2) could in principle flip a quantized
+// value; on these fixtures no uint8 or int32 value differs on cpu or
+// xla-cpu. Injected fault: ConvInteger ignoring x_zero_point fails on cpu
+// with the first divergence at v82 "dec2.out_output_quantized" (the one
+// conv whose input, after ConvTranspose, has a nonzero zero point).
 func TestQuantizedUNetValues(t *testing.T) {
 	if d := quantFirstDivergence(t); d != "" {
 		t.Fatalf("first divergence from ONNX Runtime on %s: %s", testBackend(), d)
@@ -283,8 +284,8 @@ func TestQuantizedUNetMatchesONNXRuntime(t *testing.T) {
 // input channels and a 3x3 kernel (864 products per output) of uint8
 // activations in [200, 255] against int8 weights in [-128, -100] sum to
 // about -2.2e7 in the interior, odd and even alike. Injected fault:
-// computing the convolution in Float32 (converting x and w to Float32 in quantIntConv)
-// fails this test on cpu with sums off by one.
+// computing the convolution in Float32 (x and w converted in quantIntConv)
+// fails on cpu (-22041974 for -22041979) and on xla-cpu (-22041980).
 func TestConvIntegerExactBeyondFloat32(t *testing.T) {
 	const cin, cout, hw = 96, 4, 6
 	seed := uint32(19)
@@ -386,8 +387,9 @@ var quantInexactOps = map[string]bool{"Sigmoid": true, "ConvTranspose": true, "G
 // three outputs, ConvInteger, MatMulInteger, Cast, the scale Muls, the bias
 // Adds, Relu, Resize, Concat and the reshapes. Isolating the nodes keeps the
 // float noise of the inexact ops out. Injected fault: the scale computed as
-// span/255 in Float32 (the code before this test) fails on xla-cpu at
-// DynamicQuantizeLinear "enc1a.relu_scale", one ulp off.
+// span/255 in Float32 (the code before this test) fails on xla-cpu with 6
+// of the 11 DynamicQuantizeLinear scales one ulp off (the first
+// "down1.relu_scale"); cpu computes that quotient correctly either way.
 func TestQuantOpsExactOnONNXRuntimeInputs(t *testing.T) {
 	dir := quantModelsDir()
 	pb := loadQuantProto(t, "quant_unet")
