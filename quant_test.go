@@ -10,9 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
+	"github.com/tensorbridge/tensorbridge"
 	"github.com/tensorbridge/tensorbridge/ir"
 	"github.com/tensorbridge/tensorbridge/npy"
 	"github.com/tensorbridge/tensorbridge/onnx"
@@ -278,16 +280,31 @@ func TestQuantizedUNetMatchesONNXRuntime(t *testing.T) {
 	}
 }
 
-// TestConvIntegerExactBeyondFloat32 checks ConvInteger's Int32 accumulation
-// against exact integer arithmetic where the sums exceed 2^24, the point
-// past which a Float32 accumulator could no longer hold every integer: 96
-// input channels and a 3x3 kernel (864 products per output) of uint8
-// activations in [200, 255] against int8 weights in [-128, -100] sum to
-// about -2.2e7 in the interior, odd and even alike. Injected fault:
-// computing the convolution in Float32 (x and w converted in quantIntConv)
-// fails on cpu (-22041974 for -22041979) and on xla-cpu (-22041980).
+// TestConvIntegerExactBeyondFloat32 checks ConvInteger against exact
+// integer arithmetic where the sums exceed 2^24, the point past which a
+// Float32 accumulator could no longer hold every integer: uint8
+// activations in [200, 255] (zero point 3) against int8 weights in
+// [-128, -100], 3x3 kernels, so each interior output sums 9·cin products of
+// about -2.6e4. The cases take each path of exactIntConv (onnx/ops_quant.go):
+// x split in two Float32 parts (864 products), x and w split (4,608, as in a
+// 512-channel U-Net layer), and the Int32 convolution (65,700, sums near
+// -1.7e9). Injected fault: computing the convolution in Float32 unsplit (x
+// and w converted in quantIntConv) fails on cpu (-22041974 for -22041979 in
+// the first case) and on xla-cpu (-22041980).
 func TestConvIntegerExactBeyondFloat32(t *testing.T) {
-	const cin, cout, hw = 96, 4, 6
+	for _, tc := range []struct {
+		name          string
+		cin, cout, hw int
+	}{
+		{"x split", 96, 4, 6},
+		{"x and w split", 512, 2, 4},
+		{"int32", 7300, 1, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) { convIntegerExact(t, tc.cin, tc.cout, tc.hw) })
+	}
+}
+
+func convIntegerExact(t *testing.T, cin, cout, hw int) {
 	seed := uint32(19)
 	next := func(n int) int { seed = seed*1664525 + 1013904223; return int(seed>>8) % n }
 	xs := make([]uint8, cin*hw*hw)
@@ -321,8 +338,8 @@ func TestConvIntegerExactBeyondFloat32(t *testing.T) {
 			}
 		}
 	}
-	if maxAbs <= 1<<24 {
-		t.Fatalf("largest sum %g does not exceed 2^24: the test proves nothing", maxAbs)
+	if maxAbs <= 1<<24 || maxAbs >= 1<<31 {
+		t.Fatalf("largest sum %g is not between 2^24 and 2^31: the case proves nothing", maxAbs)
 	}
 	ti := func(name string, dt onnxpb.DataType, dims ...int64) onnxpb.ValueInfo {
 		sh := &onnxpb.TensorShape{}
@@ -335,8 +352,9 @@ func TestConvIntegerExactBeyondFloat32(t *testing.T) {
 		Graph: &onnxpb.Graph{Name: "convinteger",
 			Node: []onnxpb.Node{{OpType: "ConvInteger", Input: []string{"x", "w", "xzp"}, Output: []string{"y"},
 				Attribute: []onnxpb.Attribute{{Name: "pads", Type: onnxpb.AttrInts, Ints: []int64{1, 1, 1, 1}}}}},
-			Input:  []onnxpb.ValueInfo{ti("x", onnxpb.Uint8, 1, cin, hw, hw), ti("w", 3, cout, cin, 3, 3), ti("xzp", onnxpb.Uint8)},
-			Output: []onnxpb.ValueInfo{ti("y", 6, 1, cout, hw, hw)}}}
+			Input: []onnxpb.ValueInfo{ti("x", onnxpb.Uint8, 1, int64(cin), int64(hw), int64(hw)),
+				ti("w", 3, int64(cout), int64(cin), 3, 3), ti("xzp", onnxpb.Uint8)},
+			Output: []onnxpb.ValueInfo{ti("y", 6, 1, int64(cout), int64(hw), int64(hw))}}}
 	m, err := onnx.FromProto(pb)
 	if err != nil {
 		t.Fatal(err)
@@ -476,4 +494,54 @@ func TestQuantOpsExactOnONNXRuntimeInputs(t *testing.T) {
 		}
 	}
 	t.Logf("%d values of %d nodes (%v) exact on %s", len(checked), len(g.Node), ops, testBackend())
+}
+
+// BenchmarkQuantizedUNet times the quantized U-Net (quant_unet.onnx, its
+// height and width symbolic) on SIZExSIZE images on the backend under
+// test: "first-ms" is LoadModel plus the first Run (the compile included),
+// ns/op a steady Run. BENCHMARKS.md's figures come from
+//
+//	go test -run '^$' -bench BenchmarkQuantizedUNet -benchtime 5x .
+//	TENSORBRIDGE_TEST_BACKEND=xla-cpu go test -run '^$' -bench BenchmarkQuantizedUNet -benchtime 5x .
+//
+// beside scripts/gen-quant-fixtures.py --bench for ONNX Runtime.
+func BenchmarkQuantizedUNet(b *testing.B) {
+	for _, size := range []int{64, 256} {
+		b.Run(fmt.Sprintf("%dx%d", size, size), func(b *testing.B) {
+			x := make([]float32, size*size)
+			seed := uint32(size)
+			for i := range x {
+				seed = seed*1664525 + 1013904223
+				x[i] = float32(seed>>8) / (1 << 24)
+			}
+			img, err := ir.TensorFromFlat(x, 1, 1, size, size)
+			if err != nil {
+				b.Fatal(err)
+			}
+			be, err := tensorbridge.Open(context.Background(), testBackend())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer be.Close()
+			ctx := context.Background()
+			start := time.Now()
+			m, err := be.LoadModel(ctx, filepath.Join(quantModelsDir(), "quant_unet.onnx"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			in := map[string]*ir.Tensor{"image": img}
+			if _, err := m.Run(ctx, in); err != nil {
+				b.Fatal(err)
+			}
+			first := time.Since(start)
+			b.ResetTimer()
+			for range b.N {
+				if _, err := m.Run(ctx, in); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(first.Microseconds())/1e3, "first-ms")
+		})
+	}
 }

@@ -9,8 +9,9 @@ virtual environment (never needed at run time):
   /tmp/qvenv/bin/pip install onnxruntime==1.31.1 onnx==1.20.0 numpy==2.4.6
   /tmp/qvenv/bin/python scripts/gen-quant-fixtures.py testdata/models
 
-  ... --bench N [SIZE]   times ONNX Runtime on the quantized net instead
-                         (1 thread, SIZE x SIZE input, median of N runs)
+  ... --bench N [SIZE [THREADS]]  times ONNX Runtime on the quantized net
+                         instead (SIZE x SIZE input, default 64; THREADS
+                         intra-op threads, default 1; median of N runs)
 
 The float net is a two-level U-Net built with onnx.helper from seeded
 weights: Conv+Relu, a strided Conv, a squeeze-excitation block (global pool,
@@ -114,9 +115,9 @@ def float_unet():
     return m
 
 
-def session(path_or_bytes, optimised):
+def session(path_or_bytes, optimised, threads=1):
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
+    so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimised else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(path_or_bytes, so, providers=["CPUExecutionProvider"])
@@ -179,12 +180,12 @@ def record_values(outdir, name, m, size):
             f.write(f"v{k}\t{node}\t{op}\t{o}\t{v.dtype}\t{'x'.join(map(str, v.shape))}\n")
 
 
-def bench(n, size):
+def bench(n, size, threads):
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
         qp = quantize(tmp, "quant_unet")
         x = np.random.default_rng(SEED).random((1, 1, size, size), dtype=np.float32)
-        s = session(qp, True)
+        s = session(qp, True, threads)
         t0 = time.perf_counter()
         s.run(None, {"image": x})
         first = time.perf_counter() - t0
@@ -193,12 +194,12 @@ def bench(n, size):
             t0 = time.perf_counter()
             s.run(None, {"image": x})
             ts.append(time.perf_counter() - t0)
-        print(f"onnxruntime {ort.__version__} quant_unet {size}x{size} 1 thread: first run {first*1e3:.2f} ms, median of {n} {np.median(ts)*1e3:.3f} ms")
+        print(f"onnxruntime {ort.__version__} quant_unet {size}x{size} {threads} thread(s): first run {first*1e3:.2f} ms, median of {n} {np.median(ts)*1e3:.3f} ms")
 
 
 def main():
     if len(sys.argv) >= 2 and sys.argv[1] == "--bench":
-        bench(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else SIZE)
+        bench(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else SIZE, int(sys.argv[4]) if len(sys.argv) > 4 else 1)
         return
     if len(sys.argv) != 2:
         sys.exit(__doc__)
