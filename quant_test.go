@@ -288,9 +288,11 @@ func TestQuantizedUNetMatchesONNXRuntime(t *testing.T) {
 // about -2.6e4. The cases take each path of exactIntConv (onnx/ops_quant.go):
 // x split in two Float32 parts (864 products), x and w split (4,608, as in a
 // 512-channel U-Net layer), and the Int32 convolution (65,700, sums near
-// -1.7e9). Injected fault: computing the convolution in Float32 unsplit (x
-// and w converted in quantIntConv) fails on cpu (-22041974 for -22041979 in
-// the first case) and on xla-cpu (-22041980).
+// -1.7e9). Injected fault: one unsplit Float32 convolution in
+// exactIntConv fails all three cases on cpu (-22041974 for -22041979,
+// -52453352 for -52453344, -747526720 for -747524626); before the split
+// existed, the same fault in the Int32 path failed the first on xla-cpu
+// too (-22041980).
 func TestConvIntegerExactBeyondFloat32(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
