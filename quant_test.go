@@ -285,14 +285,14 @@ func TestQuantizedUNetMatchesONNXRuntime(t *testing.T) {
 // Float32 accumulator could no longer hold every integer: uint8
 // activations in [200, 255] (zero point 3) against int8 weights in
 // [-128, -100], 3x3 kernels, so each interior output sums 9·cin products of
-// about -2.6e4. The cases take each path of exactIntConv (onnx/ops_quant.go):
-// x split in two Float32 parts (864 products), x and w split (4,608, as in a
-// 512-channel U-Net layer), and the Int32 convolution (65,700, sums near
-// -1.7e9). Injected fault: one unsplit Float32 convolution in
-// exactIntConv fails all three cases on cpu (-22041974 for -22041979,
-// -52453352 for -52453344, -747526720 for -747524626); before the split
-// existed, the same fault in the Int32 path failed the first on xla-cpu
-// too (-22041980).
+// about -2.6e4. On XLA backends the cases take each path of exactIntConv
+// (onnx/ops_quant.go): x split in two Float32 parts (864 products), x and w
+// split (4,608, as in a 512-channel U-Net layer), and the Int32 convolution
+// (65,700, sums near -1.7e9); the pure-Go cpu backend convolves in Int32
+// throughout. Injected fault: one unsplit Float32 convolution in
+// exactIntConv fails all three cases on xla-cpu (-22041980 for -22041979,
+// -78611248 for -78611241, -747524672 for -747524626), and on cpu when it
+// took that path (-22041974 for -22041979).
 func TestConvIntegerExactBeyondFloat32(t *testing.T) {
 	for _, tc := range []struct {
 		name          string

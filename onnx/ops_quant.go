@@ -1,6 +1,7 @@
 package onnx
 
 import (
+	"github.com/gomlx/gomlx/backends/simplego"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/tensorbridge/tensorbridge/ir"
 	"github.com/tensorbridge/tensorbridge/onnx/onnxpb"
@@ -424,6 +425,12 @@ func quantIntConv(c *opCtx, x, w *graph.Node) *graph.Node {
 	conv := func(x, w *graph.Node) *graph.Node {
 		return graph.ConvGeneral(x, w, nchwAxes(n), s, pads, nil, d, group, 1)
 	}
+	if _, pureGo := x.Graph().Backend().(*simplego.Backend); pureGo {
+		// The pure-Go backend convolves Int32 as fast as Float32 (quant_unet
+		// at 256x256: 3.16 s against 3.02 s), so splitting would only add
+		// convolutions.
+		return conv(x, w)
+	}
 	terms := numElems(w.Shape().Dimensions[1:]) // products summed per output
 	return exactIntConv(x, w, terms, conv)
 }
@@ -435,8 +442,8 @@ const float32Exact = 1 << 24
 // exactIntConv computes conv(x, w) of Int32 operands that are differences
 // of 8-bit values (|x|, |w| <= 255), each output a sum of terms products,
 // exactly, and in Float32 where that is exact: XLA's CPU convolution of
-// Int32 operands runs about 12 times slower than its Float32 one (one 64 ->
-// 64 channel 3x3 layer on a 256x256 image, BENCHMARKS.md). A Float32 sum of
+// Int32 operands runs about 14 times slower than this (one 64 -> 64 channel
+// 3x3 layer on a 256x256 image, BENCHMARKS.md). A Float32 sum of
 // integer products is exact in any order and any blocking when the sum of
 // their magnitudes, at most terms·max|x|·max|w|, stays within 2^24: every
 // partial sum is then an integer that Float32 holds. Past that, x is split
