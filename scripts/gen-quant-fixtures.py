@@ -9,6 +9,10 @@ virtual environment (never needed at run time):
   /tmp/qvenv/bin/pip install onnxruntime==1.31.1 onnx==1.20.0 numpy==2.4.6
   /tmp/qvenv/bin/python scripts/gen-quant-fixtures.py testdata/models
 
+  ... --layer DIR        writes DIR/conv_f32.onnx and DIR/conv_q.onnx: one
+                         64 -> 64 channel 3x3 Conv + Relu on 1x64x256x256,
+                         float and quantize_dynamic'd, and times both with
+                         ONNX Runtime (1 thread, median of 5)
   ... --bench N [SIZE [THREADS]]  times ONNX Runtime on the quantized net
                          instead (SIZE x SIZE input, default 64; THREADS
                          intra-op threads, default 1; median of N runs)
@@ -197,7 +201,35 @@ def bench(n, size, threads):
         print(f"onnxruntime {ort.__version__} quant_unet {size}x{size} {threads} thread(s): first run {first*1e3:.2f} ms, median of {n} {np.median(ts)*1e3:.3f} ms")
 
 
+def layer(outdir):
+    rng = np.random.default_rng(SEED)
+    c = 64
+    w = conv_w(rng, c, c, 3)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])], "layer",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 256, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 256, 256])], [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    fp, qp = os.path.join(outdir, "conv_f32.onnx"), os.path.join(outdir, "conv_q.onnx")
+    onnx.save(m, fp)
+    quantize_dynamic(fp, qp)
+    x = rng.random((1, c, 256, 256), dtype=np.float32)
+    for path in (fp, qp):
+        s = session(path, True)
+        s.run(None, {"x": x})
+        ts = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            s.run(None, {"x": x})
+            ts.append(time.perf_counter() - t0)
+        print(f"onnxruntime {ort.__version__} {os.path.basename(path)} 1 thread: median of 5 {np.median(ts)*1e3:.1f} ms")
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--layer":
+        layer(sys.argv[2])
+        return
     if len(sys.argv) >= 2 and sys.argv[1] == "--bench":
         bench(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else SIZE, int(sys.argv[4]) if len(sys.argv) > 4 else 1)
         return
