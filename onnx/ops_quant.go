@@ -1,6 +1,7 @@
 package onnx
 
 import (
+	"github.com/gomlx/gomlx/backends/simplego"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/tensorbridge/tensorbridge/ir"
 	"github.com/tensorbridge/tensorbridge/onnx/onnxpb"
@@ -275,10 +276,31 @@ func dequantizeLinearConv(opset int) converterFunc {
 }
 
 // convDynamicQuantizeLinear quantizes a Float32 tensor to uint8 with a
-// scale and zero point computed from its range (extended to include 0).
-// When the range is empty (all zeros) the scale is 1/255, as in the ONNX
-// reference implementation, instead of the spec formula's 0, which would
-// divide by zero.
+// scale and zero point computed from its range (extended to include 0), as
+// ONNX Runtime computes them (GetQuantizationParameter and
+// MlasQuantizeLinear in onnxruntime/core, the implementation the ONNX
+// reference mirrors):
+//
+//	scale = (max(x_max, 0) - min(x_min, 0)) / 255, in Float32; 1 when the
+//	        range is empty (ONNX Runtime's choice; the reference's code gives
+//	        1/255 though its comment quotes ONNX Runtime: y is 0 either way)
+//	zero point = round_half_even(clamp(0 - min(x_min, 0)/scale, 0, 255))
+//	y = clamp(round_half_even(x/scale) + zero point, 0, 255)
+//
+// See https://onnx.ai/onnx/operators/onnx__DynamicQuantizeLinear.html.
+// The scale must be the correctly rounded Float32 quotient: a one-ulp error
+// moves every x/scale that lies near a half and flips those quantized
+// values, and the Mul that quantize_dynamic puts after each ConvInteger
+// carries it to the output. XLA rewrites a division by the constant 255
+// into a multiplication by its rounded reciprocal and refolds
+// (span/255)·w_scale into span·(w_scale/255), both one ulp off for many
+// spans (measured on xla-cpu with testdata/models/quant_unet.onnx, see
+// quant_test.go). So the quotient is taken in Float64 from the Float32
+// span and rounded once to Float32: even as a multiplication by Float64's
+// 1/255 it rounds to the correctly rounded Float32 quotient, because
+// span/255 is never within 2^-33 (relative) of a Float32 rounding boundary
+// (255 is odd, so the quotient's significand is at least 1/510 of an ulp
+// away from a half) while the Float64 product errs by at most 2^-52.
 func convDynamicQuantizeLinear(c *opCtx) error {
 	x := quantF32(c.in(0))
 	g := c.g
@@ -286,8 +308,8 @@ func convDynamicQuantizeLinear(c *opCtx) error {
 	hi := graph.Max(graph.ReduceAllMax(x), zero)
 	lo := graph.Min(graph.ReduceAllMin(x), zero)
 	span := graph.Sub(hi, lo)
-	span = graph.Where(graph.Equal(span, zero), graph.Scalar(g, ir.Float32, 1), span)
-	scale := graph.Div(span, graph.Scalar(g, ir.Float32, 255))
+	scale := graph.ConvertDType(graph.Div(graph.ConvertDType(span, ir.Float64), graph.Scalar(g, ir.Float64, 255)), ir.Float32)
+	scale = graph.Where(graph.Equal(span, zero), graph.Scalar(g, ir.Float32, 1), scale)
 	zpf := graph.Sub(zero, graph.Div(lo, scale))
 	zpf = roundHalfEven(graph.Min(graph.Max(zpf, zero), graph.Scalar(g, ir.Float32, 255)))
 	dims := x.Shape().Dimensions
@@ -400,7 +422,83 @@ func quantIntConv(c *opCtx, x, w *graph.Node) *graph.Node {
 	if group < 1 || x.Shape().Dimensions[1] != w.Shape().Dimensions[1]*group {
 		c.fail("x has %d channels, w expects %d per group with group %d", x.Shape().Dimensions[1], w.Shape().Dimensions[1], group)
 	}
-	return graph.ConvGeneral(x, w, nchwAxes(n), s, pads, nil, d, group, 1)
+	conv := func(x, w *graph.Node) *graph.Node {
+		return graph.ConvGeneral(x, w, nchwAxes(n), s, pads, nil, d, group, 1)
+	}
+	if _, pureGo := x.Graph().Backend().(*simplego.Backend); pureGo {
+		// The pure-Go backend convolves Int32 as fast as Float32 (quant_unet
+		// at 256x256: 3.16 s against 3.02 s), so splitting would only add
+		// convolutions.
+		return conv(x, w)
+	}
+	terms := numElems(w.Shape().Dimensions[1:]) // products summed per output
+	return exactIntConv(x, w, terms, conv)
+}
+
+// float32Exact is the largest magnitude below which every integer is a
+// Float32 value.
+const float32Exact = 1 << 24
+
+// exactIntConv computes conv(x, w) of Int32 operands that are differences
+// of 8-bit values (|x|, |w| <= 255), each output a sum of terms products,
+// exactly, and in Float32 where that is exact: XLA's CPU convolution of
+// Int32 operands runs about 14 times slower than this (one 64 -> 64 channel
+// 3x3 layer on a 256x256 image, BENCHMARKS.md). A Float32 sum of
+// integer products is exact in any order and any blocking when the sum of
+// their magnitudes, at most terms·max|x|·max|w|, stays within 2^24: every
+// partial sum is then an integer that Float32 holds. Past that, x is split
+// into x = 16·hi + lo (lo in [0, 15], |hi| <= 16), and if need be w too,
+// each part convolved in Float32 within that bound, and the partial
+// results, exact integers, recombined in Int32: 16·conv(hi, w) +
+// conv(lo, w). Beyond 65,536 terms per output the Int32 convolution is
+// used as it is.
+func exactIntConv(x, w *graph.Node, terms int, conv func(x, w *graph.Node) *graph.Node) *graph.Node {
+	const full, part = 255, 16
+	var splitX, splitW bool
+	switch {
+	case terms*full*full <= float32Exact:
+	case terms*part*full <= float32Exact:
+		splitX = true
+	case terms*part*part <= float32Exact:
+		splitX, splitW = true, true
+	default:
+		return conv(x, w)
+	}
+	xs, ws := splitNibbles(x, splitX), splitNibbles(w, splitW)
+	var acc *graph.Node
+	for _, xp := range xs {
+		for _, wp := range ws {
+			y := graph.ConvertDType(conv(xp.v, wp.v), ir.Int32)
+			if f := xp.factor * wp.factor; f != 1 {
+				y = graph.Mul(y, graph.Scalar(y.Graph(), ir.Int32, f))
+			}
+			if acc == nil {
+				acc = y
+			} else {
+				acc = graph.Add(acc, y)
+			}
+		}
+	}
+	return acc
+}
+
+// nibblePart is one Float32 part of an integer operand and its weight.
+type nibblePart struct {
+	v      *graph.Node
+	factor int
+}
+
+// splitNibbles converts the Int32 operand v (|v| <= 255) to Float32, whole
+// or, with split, as v = 16·floor(v/16) + (v mod 16): both parts are exact
+// in Float32 (a division by 16 and a floor of small integers).
+func splitNibbles(v *graph.Node, split bool) []nibblePart {
+	f := graph.ConvertDType(v, ir.Float32)
+	if !split {
+		return []nibblePart{{f, 1}}
+	}
+	hi := graph.Floor(graph.Div(f, graph.Scalar(f.Graph(), ir.Float32, 16)))
+	lo := graph.Sub(f, graph.Mul(hi, graph.Scalar(f.Graph(), ir.Float32, 16)))
+	return []nibblePart{{hi, 16}, {lo, 1}}
 }
 
 func convConvInteger(c *opCtx) error {
