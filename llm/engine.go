@@ -96,6 +96,7 @@ type Engine struct {
 	decode     map[int]*tensorbridge.Executable
 	dBuckets   []int
 	compiles   atomic.Int64
+	scatter    bool // cache writes by ScatterUpdate (cpu backend)
 
 	queue   chan *seq
 	closing chan struct{}
@@ -152,14 +153,16 @@ func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err e
 	if o.MinPrefill <= 0 {
 		o.MinPrefill = 16
 	}
-	e = &Engine{m: m, opts: o, slots: slots, prefill: map[int]*tensorbridge.Executable{}, decode: map[int]*tensorbridge.Executable{},
+	en := &Engine{m: m, opts: o, slots: slots, prefill: map[int]*tensorbridge.Executable{}, decode: map[int]*tensorbridge.Executable{},
 		queue: make(chan *seq, o.MaxQueue), closing: make(chan struct{}), done: make(chan struct{})}
-	e.cacheShape = ir.MakeShape(m.dtype, c.Layers, slots+1, m.maxContext, c.KVHeads, c.HeadDim)
+	en.cacheShape = ir.MakeShape(m.dtype, slots+1, m.maxContext, c.Layers, c.KVHeads, c.HeadDim)
+	en.scatter = m.b.Name() == "cpu"
 	defer func() {
 		if err != nil {
-			e.release()
+			en.release()
 		}
 	}()
+	e = en
 	if err := e.allocCache(); err != nil {
 		return nil, err
 	}
@@ -553,7 +556,7 @@ func (e *Engine) runPrefill(ctx context.Context, exe *tensorbridge.Executable, p
 func (e *Engine) runDecode(ctx context.Context, exe *tensorbridge.Executable, b int, rows []row) ([]int, []float32, error) {
 	tok, pos, slot := make([]int, b), make([]int, b), make([]int, b)
 	for i := range b {
-		slot[i] = e.slots
+		slot[i], pos[i] = e.slots, i // padding rows: distinct scratch positions
 		if i < len(rows) {
 			tok[i], pos[i], slot[i] = rows[i].token, rows[i].pos, rows[i].slot
 		}

@@ -70,14 +70,25 @@ func rmsNorm(x, weight *Node, eps float64) *Node {
 	x32 := ConvertDType(x, ir.Float32)
 	ms := ReduceAndKeep(Square(x32), ReduceMean, -1)
 	y := Mul(x32, Rsqrt(Add(ms, ConstAsDType(x.Graph(), ir.Float32, eps))))
-	return Mul(ConvertDType(y, dt), weight)
+	return Mul(ConvertDType(y, dt), bcastLast(weight, x))
+}
+
+// bcastLast broadcasts v [n] to x's shape, whose last axis is n.
+func bcastLast(v, x *Node) *Node {
+	dims := x.Shape().Dimensions
+	ones := make([]int, len(dims))
+	for i := range ones {
+		ones[i] = 1
+	}
+	ones[len(ones)-1] = dims[len(dims)-1]
+	return BroadcastToDims(Reshape(v, ones...), dims...)
 }
 
 // linear is x [N, in] times W [out, in] transposed, plus bias when given.
 func linear(x, w, bias *Node) *Node {
 	y := Einsum("ni,oi->no", x, w)
 	if bias != nil {
-		y = Add(y, InsertAxes(bias, 0))
+		y = Add(y, bcastLast(bias, y))
 	}
 	return y
 }
@@ -102,8 +113,9 @@ func rope(x, cos, sin, positions *Node) *Node {
 }
 
 // attention is grouped-query attention of q [B, T, Hkv, G, D] over keys and
-// values [B, S, Hkv, D], query positions [B, T] and key positions [S]:
-// causal, and within the sliding window when the config has one.
+// values [B, S, Hkv, D], query positions [B, T] and key positions [B, S]:
+// causal, and within the sliding window when the config has one. A key
+// position of noKey is never attended.
 func attention(c *Config, q, k, v, qpos, kpos *Node) *Node {
 	g := q.Graph()
 	dims := q.Shape().Dimensions
@@ -112,7 +124,7 @@ func attention(c *Config, q, k, v, qpos, kpos *Node) *Node {
 	scores := Einsum("btkgd,bskd->bkgts", ConvertDType(q, ir.Float32), ConvertDType(k, ir.Float32))
 	scores = Mul(scores, ConstAsDType(g, ir.Float32, 1/math.Sqrt(float64(d))))
 	qp := BroadcastToDims(Reshape(qpos, b, 1, 1, t, 1), b, hkv, grp, t, s)
-	kp := BroadcastToDims(Reshape(kpos, 1, 1, 1, 1, s), b, hkv, grp, t, s)
+	kp := BroadcastToDims(Reshape(kpos, b, 1, 1, 1, s), b, hkv, grp, t, s)
 	mask := LessOrEqual(kp, qp)
 	if c.SlidingWindow > 0 {
 		mask = LogicalAnd(mask, GreaterThan(kp, Sub(qp, ConstAsDType(g, ir.Int32, c.SlidingWindow))))
@@ -123,16 +135,23 @@ func attention(c *Config, q, k, v, qpos, kpos *Node) *Node {
 	return ConvertDType(Reshape(out, b*t, hkv*grp*d), q.DType())
 }
 
+// noKey is a key position no query reaches.
+const noKey = 1 << 30
+
 // cacheIO says how a step reads and writes the KV cache.
 type cacheIO struct {
-	// k, v: [L, slots, maxContext, Hkv, D], updated in place in the graph.
+	// k, v: [slots+1, maxContext, L, Hkv, D].
 	k, v *Node
 	// slots [B] int32: each row's cache slot.
 	slots *Node
-	// prefill: keys are the block's own (positions 0..T-1, written at
-	// offset 0 of the slot); decode: each row writes at its position and
-	// attends to its slot's whole row.
+	// prefill: the block is a prompt at positions 0..T-1 attending to its
+	// own keys; decode (T = 1): each row attends to its slot's cached
+	// positions below its own, and to its new key.
 	prefill bool
+	// scatter writes the cache with ScatterUpdate (the pure-Go cpu
+	// backend, which lacks DynamicUpdateSlice); otherwise one
+	// DynamicUpdateSlice per row, which XLA does in place.
+	scatter bool
 }
 
 // step runs the decoder on tokens [B, T] at positions [B, T] and returns
@@ -144,10 +163,16 @@ func step(c *Config, w netWeights, tokens, positions *Node, cache *cacheIO) (hid
 	hq, hkv, d := c.Heads, c.KVHeads, c.HeadDim
 	grp := hq / hkv
 	x := Gather(w.embed(), Reshape(tokens, b*t, 1))
-	var kc, vc *Node
-	if cache != nil {
-		kc, vc = cache.k, cache.v
+	var cachedK, cachedV, cachedPos *Node
+	if cache != nil && !cache.prefill {
+		idx := Reshape(cache.slots, b, 1)
+		cachedK = Gather(cache.k, idx) // [B, maxContext, L, Hkv, D]
+		cachedV = Gather(cache.v, idx)
+		mc := cachedK.Shape().Dimensions[1]
+		iota := Iota(g, ir.MakeShape(ir.Int32, b, mc), 1)
+		cachedPos = Where(LessThan(iota, BroadcastToDims(positions, b, mc)), iota, BroadcastToDims(ConstAsDType(g, ir.Int32, noKey), b, mc))
 	}
+	var ks, vs []*Node
 	for l := range c.Layers {
 		h := rmsNorm(x, w.layer(l, wInNorm), c.RMSEps)
 		var qb, kb, vb *Node
@@ -164,32 +189,19 @@ func step(c *Config, w netWeights, tokens, positions *Node, cache *cacheIO) (hid
 		}
 		q = rope(q, w.cos, w.sin, positions)
 		k = rope(k, w.cos, w.sin, positions)
+		ks, vs = append(ks, k), append(vs, v)
 		q5 := Reshape(q, b, t, hkv, grp, d)
 		var att *Node
-		switch {
-		case cache == nil:
-			att = attention(c, q5, k, v, positions, Iota(g, ir.MakeShape(ir.Int32, t), 0))
-		case cache.prefill:
-			zero := ConstAsDType(g, ir.Int32, 0)
-			lc := ConstAsDType(g, ir.Int32, l)
-			slot := Reshape(cache.slots, 0)
-			kc = DynamicUpdateSlice(kc, Reshape(k, 1, 1, t, hkv, d), []*Node{lc, slot, zero, zero, zero})
-			vc = DynamicUpdateSlice(vc, Reshape(v, 1, 1, t, hkv, d), []*Node{lc, slot, zero, zero, zero})
-			att = attention(c, q5, k, v, positions, Iota(g, ir.MakeShape(ir.Int32, t), 0))
-		default:
-			zero := ConstAsDType(g, ir.Int32, 0)
-			lc := ConstAsDType(g, ir.Int32, l)
-			for i := range b {
-				slot := Reshape(Slice(cache.slots, AxisRange(i, i+1)), 0)
-				pos := Reshape(Slice(positions, AxisRange(i, i+1), AxisRange()), 0)
-				kc = DynamicUpdateSlice(kc, Reshape(Slice(k, AxisRange(i, i+1)), 1, 1, 1, hkv, d), []*Node{lc, slot, pos, zero, zero})
-				vc = DynamicUpdateSlice(vc, Reshape(Slice(v, AxisRange(i, i+1)), 1, 1, 1, hkv, d), []*Node{lc, slot, pos, zero, zero})
+		if cachedK == nil {
+			att = attention(c, q5, k, v, positions, Iota(g, ir.MakeShape(ir.Int32, b, t), 1))
+		} else {
+			layerOf := func(x *Node) *Node {
+				s := x.Shape().Dimensions[1]
+				return Reshape(Slice(x, AxisRange(), AxisRange(), AxisRange(l, l+1)), b, s, hkv, d)
 			}
-			idx := Concatenate([]*Node{BroadcastToDims(Reshape(lc, 1, 1), b, 1), Reshape(cache.slots, b, 1)}, 1)
-			keys := Gather(kc, idx) // [B, maxContext, Hkv, D]
-			vals := Gather(vc, idx)
-			s := keys.Shape().Dimensions[1]
-			att = attention(c, q5, keys, vals, positions, Iota(g, ir.MakeShape(ir.Int32, s), 0))
+			keys := Concatenate([]*Node{layerOf(cachedK), k}, 1)
+			vals := Concatenate([]*Node{layerOf(cachedV), v}, 1)
+			att = attention(c, q5, keys, vals, positions, Concatenate([]*Node{cachedPos, positions}, 1))
 		}
 		x = Add(x, linear(att, w.layer(l, wO), nil))
 		h = rmsNorm(x, w.layer(l, wPostNorm), c.RMSEps)
@@ -197,7 +209,34 @@ func step(c *Config, w netWeights, tokens, positions *Node, cache *cacheIO) (hid
 		up := linear(h, w.layer(l, wUp), nil)
 		x = Add(x, linear(Mul(Mul(gate, Sigmoid(gate)), up), w.layer(l, wDown), nil))
 	}
-	return rmsNorm(x, w.norm(), c.RMSEps), kc, vc
+	hidden = rmsNorm(x, w.norm(), c.RMSEps)
+	if cache == nil {
+		return hidden, nil, nil
+	}
+	kAll, vAll := Stack(ks, 2), Stack(vs, 2) // [B, T, L, Hkv, D]
+	return hidden, writeCache(cache, cache.k, kAll, positions), writeCache(cache, cache.v, vAll, positions)
+}
+
+// writeCache stores block [B, T, L, Hkv, D] into cache at each row's slot
+// and positions.
+func writeCache(io *cacheIO, cache, block, positions *Node) *Node {
+	g := cache.Graph()
+	dims := block.Shape().Dimensions
+	b, t := dims[0], dims[1]
+	block = ConvertDType(block, cache.DType())
+	if io.scatter {
+		slots := BroadcastToDims(Reshape(io.slots, b, 1, 1), b, t, 1)
+		idx := Reshape(Concatenate([]*Node{slots, Reshape(positions, b, t, 1)}, 2), b*t, 2)
+		return ScatterUpdate(cache, idx, Reshape(block, append([]int{b * t}, dims[2:]...)...), false, true)
+	}
+	zero := ConstAsDType(g, ir.Int32, 0)
+	for i := range b {
+		slot := Reshape(Slice(io.slots, AxisRange(i, i+1)))
+		pos := Reshape(Slice(positions, AxisRange(i, i+1), AxisRange(0, 1)))
+		row := Slice(block, AxisRange(i, i+1))
+		cache = DynamicUpdateSlice(cache, row, []*Node{slot, pos, zero, zero, zero})
+	}
+	return cache
 }
 
 // logits is the LM head on hidden [N, H], in float32.

@@ -42,9 +42,9 @@ func (e *Engine) compilePrefill(ctx context.Context, p int) (*tensorbridge.Execu
 		kc, vc := in[nw], in[nw+1]
 		tokens, length, slot := in[nw+2], in[nw+3], in[nw+4]
 		pos := Iota(g, ir.MakeShape(ir.Int32, 1, p), 1)
-		h, nk, nv := step(c, w, tokens, pos, &cacheIO{k: kc, v: vc, slots: slot, prefill: true})
-		last := Sub(Reshape(length, 0), ConstAsDType(g, ir.Int32, 1))
-		hl := DynamicSlice(h, []*Node{last, ConstAsDType(g, ir.Int32, 0)}, []int{1, c.Hidden})
+		h, nk, nv := step(c, w, tokens, pos, &cacheIO{k: kc, v: vc, slots: slot, prefill: true, scatter: e.scatter})
+		last := Sub(Reshape(length, 1, 1), ConstAsDType(g, ir.Int32, 1))
+		hl := Gather(h, last) // [1, H]
 		tok, lp := sample(logits(w, hl), sampleNodes(in[nw+5:]))
 		return []*ir.Node{tok, lp, nk, nv}, nil
 	}, shapes...)
@@ -61,7 +61,7 @@ func (e *Engine) compileDecode(ctx context.Context, b int) (*tensorbridge.Execut
 		w := newNetWeights(c, in)
 		kc, vc := in[nw], in[nw+1]
 		tokens, pos, slots := in[nw+2], in[nw+3], in[nw+4]
-		h, nk, nv := step(c, w, tokens, pos, &cacheIO{k: kc, v: vc, slots: slots})
+		h, nk, nv := step(c, w, tokens, pos, &cacheIO{k: kc, v: vc, slots: slots, scatter: e.scatter})
 		tok, lp := sample(logits(w, h), sampleNodes(in[nw+5:]))
 		return []*ir.Node{tok, lp, nk, nv}, nil
 	}, shapes...)

@@ -78,7 +78,7 @@ func sample(lg *Node, sp sampleParams) (tok, logprob *Node) {
 
 // uniform returns [B, V] numbers in (0, 1) from a hash of each row's seed
 // and index and the column: murmur3's 32-bit finalizer over a mix of the
-// three.
+// three (shifts as divisions: the pure-Go backend lacks shift ops).
 func uniform(seed, index *Node, b, v int) *Node {
 	g := seed.Graph()
 	u32 := func(x uint32) *Node { return ConstAsDType(g, ir.Uint32, x) }
@@ -86,11 +86,11 @@ func uniform(seed, index *Node, b, v int) *Node {
 	i := BroadcastToDims(Reshape(ConvertDType(index, ir.Uint32), b, 1), b, v)
 	c := ConvertDType(Iota(g, ir.MakeShape(ir.Int32, b, v), 1), ir.Uint32)
 	h := BitwiseXor(BitwiseXor(Mul(s, u32(0x9E3779B1)), Mul(Add(i, u32(1)), u32(0x85EBCA77))), Mul(Add(c, u32(1)), u32(0xC2B2AE3D)))
-	h = BitwiseXor(h, BitwiseShiftRightLogicalScalar(h, uint32(16)))
+	h = BitwiseXor(h, Div(h, u32(1<<16)))
 	h = Mul(h, u32(0x85EBCA6B))
-	h = BitwiseXor(h, BitwiseShiftRightLogicalScalar(h, uint32(13)))
+	h = BitwiseXor(h, Div(h, u32(1<<13)))
 	h = Mul(h, u32(0xC2B2AE35))
-	h = BitwiseXor(h, BitwiseShiftRightLogicalScalar(h, uint32(16)))
-	top := ConvertDType(BitwiseShiftRightLogicalScalar(h, uint32(8)), ir.Float32) // 24 bits
+	h = BitwiseXor(h, Div(h, u32(1<<16)))
+	top := ConvertDType(Div(h, u32(1<<8)), ir.Float32) // 24 bits
 	return Mul(Add(top, ConstAsDType(g, ir.Float32, 0.5)), ConstAsDType(g, ir.Float32, 1.0/(1<<24)))
 }
