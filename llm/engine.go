@@ -75,8 +75,12 @@ type EngineOptions struct {
 	MaxSequences int
 	// MaxQueue bounds the requests waiting for a slot; 0: 64.
 	MaxQueue int
-	// MinPrefill is the smallest prompt bucket; 0: 16.
+	// MinPrefill is the smallest prompt bucket; 0: 16. Buckets are powers
+	// of two from it up to the context length.
 	MinPrefill int
+	// PrefillBuckets, when set, are the prompt buckets instead (each at
+	// most the context length; a longer prompt is refused).
+	PrefillBuckets []int
 	// NewDetokenizer makes a detokenizer per request (for Token.Text and
 	// stop strings); nil: no text.
 	NewDetokenizer func() Detokenizer
@@ -163,14 +167,20 @@ func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err e
 		}
 	}()
 	e = en
-	if err := e.allocCache(); err != nil {
+	if err := en.allocCache(); err != nil {
 		return nil, err
 	}
-	for p := o.MinPrefill; ; p *= 2 {
+	for _, p := range o.PrefillBuckets {
+		if p < 1 || p > m.maxContext {
+			return nil, fmt.Errorf("llm: prefill bucket %d outside 1..%d", p, m.maxContext)
+		}
+	}
+	en.pBuckets = slices.Sorted(slices.Values(o.PrefillBuckets))
+	for p := o.MinPrefill; len(o.PrefillBuckets) == 0; p *= 2 {
 		if p > m.maxContext {
 			p = m.maxContext
 		}
-		e.pBuckets = append(e.pBuckets, p)
+		en.pBuckets = append(en.pBuckets, p)
 		if p == m.maxContext {
 			break
 		}
@@ -179,16 +189,16 @@ func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err e
 		if b > slots {
 			b = slots
 		}
-		e.dBuckets = append(e.dBuckets, b)
+		en.dBuckets = append(en.dBuckets, b)
 		if b == slots {
 			break
 		}
 	}
-	if err := e.warmUp(ctx); err != nil {
+	if err := en.warmUp(ctx); err != nil {
 		return nil, err
 	}
-	go e.loop()
-	return e, nil
+	go en.loop()
+	return en, nil
 }
 
 func isCPU(b *tensorbridge.Backend) bool {
@@ -267,7 +277,7 @@ func (e *Engine) Generate(ctx context.Context, r Request) (<-chan Token, error) 
 	if len(r.Prompt) == 0 {
 		return nil, &RequestError{Problem: "empty prompt"}
 	}
-	if len(r.Prompt) >= e.m.maxContext {
+	if len(r.Prompt) > e.pBuckets[len(e.pBuckets)-1] || len(r.Prompt) >= e.m.maxContext {
 		return nil, &RequestError{Problem: fmt.Sprintf("prompt of %d tokens leaves no room in the %d-token context", len(r.Prompt), e.m.maxContext)}
 	}
 	if r.MaxTokens < 0 {

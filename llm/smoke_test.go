@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tensorbridge/tensorbridge"
+	_ "github.com/tensorbridge/tensorbridge/pjrt"
 )
 
 func TestSmoke(t *testing.T) {
