@@ -192,12 +192,10 @@ func openCheckpointTensors(dir string) (*checkpointTensors, error) {
 			}
 		}
 		sort.Strings(names)
-		defer func() {
-			// Every tensor the index names must be in its shard.
-		}()
 		if err := ct.open(dir, names); err != nil {
 			return nil, err
 		}
+		// Every tensor the index names must be in its shard.
 		for name, f := range idx.WeightMap {
 			t, ok := ct.tensors[name]
 			if !ok || filepath.Base(t.file.path) != f {
