@@ -23,6 +23,7 @@ type reference struct {
 	Transformers string `json:"transformers"`
 	References   []struct {
 		Text      string      `json:"text"`
+		Chat      bool        `json:"chat"`
 		PromptIDs []int       `json:"prompt_ids"`
 		TokenIDs  []int       `json:"token_ids"`
 		Logits    [][]float64 `json:"logits"`

@@ -19,7 +19,7 @@ import sys
 
 import torch
 import transformers
-from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+from tokenizers import Tokenizer, models, pre_tokenizers, decoders, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
 CORPUS = [
@@ -36,6 +36,8 @@ PROMPTS = [
     "def fib(n):\n    return",
 ]
 NEW_TOKENS = 48
+CHAT_TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}assistant:{% endif %}")
 
 
 def train_tokenizer():
@@ -45,7 +47,10 @@ def train_tokenizer():
     trainer = trainers.BpeTrainer(vocab_size=384, special_tokens=["<s>", "</s>", "<pad>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(CORPUS * 20, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A $B",
+                                                       special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                   chat_template=CHAT_TEMPLATE)
 
 
 def configs(vocab):
@@ -81,14 +86,20 @@ def main(out):
         model.save_pretrained(d, safe_serialization=True, **shard)
         tokenizer.save_pretrained(d)
         refs = []
-        for text in PROMPTS:
-            ids = [tokenizer.bos_token_id] + tokenizer.encode(text, add_special_tokens=False)
+        for i, text in enumerate(PROMPTS + PROMPTS[:1]):
+            chat = i == len(PROMPTS)
+            if chat:  # as `generate --chat` does: one user message
+                ids = tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                                    add_generation_prompt=True, tokenize=True)
+            else:
+                ids = tokenizer.encode(text)
+                assert ids[0] == tokenizer.bos_token_id
             inp = torch.tensor([ids])
             with torch.no_grad():
                 logits = model(inp).logits[0].tolist()
                 gen = model.generate(inp, attention_mask=torch.ones_like(inp), do_sample=False,
                                      max_new_tokens=NEW_TOKENS, pad_token_id=2)[0, len(ids):].tolist()
-            refs.append({"text": text, "prompt_ids": ids, "token_ids": gen, "logits": logits,
+            refs.append({"text": text, "chat": chat, "prompt_ids": ids, "token_ids": gen, "logits": logits,
                          "decoded": tokenizer.decode(gen, skip_special_tokens=True)})
         with open(os.path.join(d, "reference.json"), "w") as f:
             json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
