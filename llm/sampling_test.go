@@ -4,7 +4,10 @@ import (
 	"context"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/tensorbridge/tensorbridge/llm/tokenizer"
 )
 
 // TestSampling: filters that keep only the most likely token (top-k 1,
@@ -70,5 +73,56 @@ func TestSampling(t *testing.T) {
 	}
 	if slices.Equal(alone, r.TokenIDs[:32]) {
 		t.Errorf("temperature 1 drew the greedy tokens")
+	}
+}
+
+// TestStopStrings: with the checkpoint's detokenizer, a stop string ends
+// the sequence and the streamed text is transformers' decoded text up to
+// it; without one, the streamed text is the whole decoded text.
+func TestStopStrings(t *testing.T) {
+	dir := filepath.Join(fixtureDir(t), "mistral")
+	ref := readReference(t, dir)
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := testBackend(t)
+	ctx := context.Background()
+	m, err := Load(ctx, b, dir, LoadOptions{MaxContext: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	e, err := NewEngine(ctx, m, EngineOptions{MaxSequences: 2, MinPrefill: 32,
+		NewDetokenizer: func() Detokenizer { return tok.NewDecoder(true) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	r := ref.References[1]
+	text := func(stops []string) (string, string) {
+		ch, err := e.Generate(ctx, Request{Prompt: r.PromptIDs, MaxTokens: len(r.TokenIDs), StopStrings: stops})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sb strings.Builder
+		finish := ""
+		for tk := range ch {
+			sb.WriteString(tk.Text)
+			if tk.Finish != "" {
+				finish = tk.Finish
+			}
+		}
+		return sb.String(), finish
+	}
+	if got, _ := text(nil); got != r.Decoded {
+		t.Errorf("streamed %q, transformers decoded %q", got, r.Decoded)
+	}
+	// A stop string from the middle of the reference text.
+	runes := []rune(r.Decoded)
+	stop := string(runes[len(runes)/2 : len(runes)/2+3])
+	want := r.Decoded[:strings.Index(r.Decoded, stop)]
+	if got, finish := text([]string{stop}); got != want || finish != "stop" {
+		t.Errorf("stop %q: streamed %q (finish %s), want %q", stop, got, finish, want)
 	}
 }
