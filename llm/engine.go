@@ -100,6 +100,7 @@ type Engine struct {
 	decode     map[int]*tensorbridge.Executable
 	dBuckets   []int
 	compiles   atomic.Int64
+	stats      stepStats
 	scatter    bool // cache writes by ScatterUpdate (cpu backend)
 
 	queue   chan *seq
