@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/tensorbridge/tensorbridge"
+	"github.com/tensorbridge/tensorbridge/errs"
 )
 
 // writeSafetensors writes zero-filled F32 tensors of the given shapes.
@@ -241,4 +242,22 @@ func FuzzParseHeader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestWeightsMustFit: with a memory budget smaller than the weights, Load
+// refuses before placing anything, with an *errs.OutOfMemoryError. (The
+// fault: a budget of a millionth of host memory, which this process's own
+// resident size already exceeds.)
+func TestWeightsMustFit(t *testing.T) {
+	ctx := context.Background()
+	b, err := tensorbridge.Open(ctx, "cpu", tensorbridge.WithMemoryFraction(1e-6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	_, err = Load(ctx, b, writeCheckpoint(t, tinyConfig(), "", nil), LoadOptions{})
+	var oom *errs.OutOfMemoryError
+	if !errors.As(err, &oom) || !errors.Is(err, errs.ErrOutOfMemory) {
+		t.Fatalf("got %v, want an *errs.OutOfMemoryError", err)
+	}
 }
