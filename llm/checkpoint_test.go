@@ -261,3 +261,62 @@ func TestWeightsMustFit(t *testing.T) {
 		t.Fatalf("got %v, want an *errs.OutOfMemoryError", err)
 	}
 }
+
+// TestRequestErrors: requests the engine cannot run are refused with a
+// typed error, and the wait queue is bounded (ErrQueueFull).
+func TestRequestErrors(t *testing.T) {
+	ctx := context.Background()
+	b, err := tensorbridge.Open(ctx, "cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	m, err := Load(ctx, b, writeCheckpoint(t, tinyConfig(), "", nil), LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	e, err := NewEngine(ctx, m, EngineOptions{MaxSequences: 1, MaxQueue: 1, MinPrefill: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	long := make([]int, 64)
+	for _, tc := range []struct {
+		name string
+		r    Request
+	}{
+		{"empty prompt", Request{}},
+		{"prompt fills the context", Request{Prompt: long}},
+		{"negative max tokens", Request{Prompt: []int{1}, MaxTokens: -1}},
+		{"id outside the vocabulary", Request{Prompt: []int{32}}},
+		{"stop id outside the vocabulary", Request{Prompt: []int{3}, StopIDs: []int{-1}}},
+	} {
+		var re *RequestError
+		if _, err := e.Generate(ctx, tc.r); !errors.As(err, &re) {
+			t.Errorf("%s: got %v, want a *RequestError", tc.name, err)
+		}
+	}
+	accepted, full := 0, 0
+	var chans []<-chan Token
+	for range 10 {
+		ch, err := e.Generate(ctx, Request{Prompt: []int{3}, IgnoreEOS: true})
+		switch {
+		case err == nil:
+			accepted++
+			chans = append(chans, ch)
+		case errors.Is(err, ErrQueueFull):
+			full++
+		default:
+			t.Fatal(err)
+		}
+	}
+	if accepted > 3 || full == 0 {
+		t.Errorf("1 slot and a queue of 1: %d accepted, %d refused as full", accepted, full)
+	}
+	for _, ch := range chans {
+		if _, _, err := collect(ch); err != nil {
+			t.Error(err)
+		}
+	}
+}
