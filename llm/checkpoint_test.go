@@ -289,6 +289,7 @@ func TestRequestErrors(t *testing.T) {
 		{"empty prompt", Request{}},
 		{"prompt fills the context", Request{Prompt: long}},
 		{"negative max tokens", Request{Prompt: []int{1}, MaxTokens: -1}},
+		{"max tokens beyond the context", Request{Prompt: []int{1, 2}, MaxTokens: 63}},
 		{"id outside the vocabulary", Request{Prompt: []int{32}}},
 		{"stop id outside the vocabulary", Request{Prompt: []int{3}, StopIDs: []int{-1}}},
 	} {
