@@ -153,6 +153,7 @@ func generate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	res.Text = tok.Decode(res.TokenIDs, true)
 	enc := json.NewEncoder(stdout)
+	enc.SetEscapeHTML(false)
 	return enc.Encode(res)
 }
 
