@@ -31,6 +31,8 @@ func TestContinuousBatching(t *testing.T) {
 	}
 	defer e.Close()
 	compiles := e.Compiles()
+	cache0 := b.CacheStats() // xla-cpu: every compile looks up the disk cache
+	t.Logf("compile cache before the requests: %d hits, %d misses", cache0.Hits, cache0.Misses)
 	live0, _, counts := b.LiveBuffers()
 
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -102,6 +104,9 @@ func TestContinuousBatching(t *testing.T) {
 	}
 	if c := e.Compiles(); c != compiles {
 		t.Errorf("%d programs compiled after warm-up", c-compiles)
+	}
+	if c := b.CacheStats(); c.Hits+c.Misses != cache0.Hits+cache0.Misses {
+		t.Errorf("the backend compiled %d programs after warm-up", c.Hits+c.Misses-cache0.Hits-cache0.Misses)
 	}
 	if live, _, _ := b.LiveBuffers(); counts && live != live0 {
 		t.Errorf("live device buffers: %d before, %d after", live0, live)
