@@ -362,10 +362,12 @@ func (m *Model) run(ctx context.Context, inputs map[string]*ir.Tensor, strs map[
 		return outs, nil, nil, err
 	}
 	var (
-		me   *modelExec
-		done func()
-		real map[string]int
-		err  error
+		me     *modelExec
+		done   func()
+		real   map[string]int
+		err    error
+		given  = inputs // before padding: what the index checks read
+		padded bool     // some input was padded: the in-graph index check sees padding rows
 	)
 	// The same dims as the latest call's (and nothing else that keys a
 	// specialisation): reuse what that call resolved.
@@ -373,7 +375,7 @@ func (m *Model) run(ctx context.Context, inputs map[string]*ir.Tensor, strs map[
 		if err := m.checkNamesAndDTypes(inputs); err != nil {
 			return nil, nil, nil, err
 		}
-		real = l.real
+		real, padded = l.real, l.pads
 		if l.pads {
 			if inputs, _, err = m.pad(inputs, l.shapes); err != nil {
 				return nil, nil, nil, err
@@ -393,24 +395,35 @@ func (m *Model) run(ctx context.Context, inputs map[string]*ir.Tensor, strs map[
 		if err != nil {
 			return nil, nil, nil, err
 		}
+		if strs == nil && !m.hot.stringOutput && !m.m.HasStructuredBoundary() && hasEmptyInput(shapes) {
+			outs, err := m.runEmpty(shapes, values) // empty.go: the same answer on every backend
+			return outs, nil, nil, err
+		}
 		real = m.dimValues(shapes)
-		padded := shapes
-		inputs, padded, err = m.pad(inputs, shapes)
+		var padShapes map[string][]int
+		inputs, padShapes, err = m.pad(inputs, shapes)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		key := m.specialisationKey(padded, values, strs)
+		for name, d := range shapes {
+			padded = padded || !slices.Equal(d, padShapes[name])
+		}
+		key := m.specialisationKey(padShapes, values, strs)
 		me, done, err = m.execs.GetOrCompile(ctx, key, func(ctx context.Context) (*modelExec, int64, error) {
-			return m.compile(ctx, padded, values, strs)
+			return m.compile(ctx, padShapes, values, strs)
 		})
 		if err != nil {
 			return nil, nil, nil, err
 		}
 		if strs == nil && len(values) == 0 {
-			m.remember(shapes, padded, real, key)
+			m.remember(shapes, padShapes, real, key)
 		}
 	}
 	defer done()
+	checks := me.plan.IndexChecks()
+	if err := checks.CheckInputs(given); err != nil { // indexcheck.go in package onnx
+		return nil, nil, nil, err
+	}
 	args := make([]*ir.Tensor, 0, len(me.weights)+len(me.params))
 	if len(me.weights) > 0 { // weights on the device go first (weights.go)
 		w, err := m.weights.args(me.weights)
@@ -432,6 +445,16 @@ func (m *Model) run(ctx context.Context, inputs map[string]*ir.Tensor, strs map[
 	}
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	if checks.HasOutput() && len(res) > len(me.outs) {
+		// Padding rows can hold computed indices the unpadded model never
+		// forms, so the check is only enforced on unpadded runs.
+		if !padded {
+			if err := checks.CheckOutput(res[len(me.outs)]); err != nil {
+				return nil, nil, nil, err
+			}
+		}
+		res = res[:len(me.outs)]
 	}
 	outs := make(map[string]*ir.Tensor, len(res))
 	for i, spec := range me.outs {
@@ -775,6 +798,9 @@ func (m *Model) compile(ctx context.Context, shapes map[string][]int, values map
 			if !ok {
 				return nil, fmt.Errorf("onnx: output %q was not built", o.Name)
 			}
+			outs = append(outs, n)
+		}
+		if n := built[onnx.IndexCheckOutput]; n != nil { // computed indices' range (indexcheck.go)
 			outs = append(outs, n)
 		}
 		return outs, nil

@@ -236,7 +236,7 @@ func TestPaddingIsExact(t *testing.T) {
 			inputs:  [][]byte{tvi("x", onnxFloat, "batch", 2)},
 			outputs: [][]byte{tvi("y", onnxFloat, "n")},
 			inits:   [][]byte{tinit("shape", []int64{1}, []int64{-1}, nil)},
-		}, map[string]*ir.Tensor{"x": rows}, "batch", false, `Reshape node "flat" merges it`,
+		}, map[string]*ir.Tensor{"x": rows}, "batch", false, `output "y" carries it merged with other sizes`,
 			map[string][]float32{"y": {1, 2, 3, 4, 5, 6}}},
 		{"TopK along batch", tgraph{
 			nodes:   [][]byte{tnode("TopK", "k0", []string{"x", "k"}, []string{"v", "i"}, attrInt("axis", 0), attrInt("largest", 0))},

@@ -165,10 +165,15 @@ func TestConcurrentRunsEqualSerial(t *testing.T) {
 	}
 }
 
-// A compile cut off by its caller's deadline, then Close at once: Close must
-// wait for the compile still running rather than free the client under it.
-// It runs in a child process, which must exit 0 (a use-after-free in the
-// plugin would crash it).
+// A compile cut off by its caller's deadline, then Close: Close must
+// return at once, with the compile still in flight and the backend's
+// driver (the plugin's client) still open under it, and the driver must be
+// closed when the compile ends. The compile is made slow deterministically:
+// its graph function blocks until the test lets it go (a 400-op graph took
+// XLA over 9 minutes to compile, and Close waited for all of it). It runs
+// in a child process, which must exit 0 (a use-after-free in the plugin
+// would crash it). Fault injected: with Close waiting for work in flight
+// again, the child's watchdog reported "Close waited" and it exited 4.
 func TestCompileCutOffThenClose(t *testing.T) {
 	if os.Getenv("TB_CHILD_COMPILE_CUTOFF") == "1" {
 		compileCutOffThenClose()
@@ -184,29 +189,53 @@ func TestCompileCutOffThenClose(t *testing.T) {
 }
 
 func compileCutOffThenClose() {
+	fail := func(code int, format string, a ...any) {
+		fmt.Printf(format+"\n", a...)
+		os.Exit(code)
+	}
 	b, err := tensorbridge.Open(context.Background(), testBackend())
 	if err != nil {
-		fmt.Println("open:", err)
-		os.Exit(2)
+		fail(2, "open: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	release := make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	start := time.Now()
-	_, err = b.Compile(ctx, "big", func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+	_, err = b.Compile(ctx, "blocked", func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+		<-release // a compile that outlives its deadline, for as long as the test wants
 		x := in[0]
-		for i := 0; i < 300; i++ { // enough work that the compile outlives the deadline
+		for i := 0; i < 40; i++ {
 			x = graph.Tanh(graph.Add(graph.MatMul(x, in[0]), graph.Const(g, float32(i))))
 		}
 		return []*ir.Node{x}, nil
 	}, ir.MakeShape(ir.Float32, 64, 64))
 	if !errors.Is(err, tensorbridge.ErrCompileTimeout) {
-		fmt.Println("compile was not cut off:", err)
+		fail(3, "compile was not cut off: %v", err)
 	}
+	// Not a timing assertion: the compile cannot end before release is
+	// closed, so a Close that waited for it would never return; the
+	// watchdog turns that hang into a message.
+	watchdog := time.AfterFunc(2*time.Minute, func() { fail(4, "Close waited for the abandoned compile") })
 	if err := b.Close(); err != nil {
-		fmt.Println("close:", err)
-		os.Exit(3)
+		fail(5, "close: %v", err)
 	}
-	fmt.Printf("closed after cut-off: Close returned after %s\n", time.Since(start).Round(time.Millisecond))
+	watchdog.Stop()
+	if n := tensorbridge.InFlight(b); n == 0 {
+		fail(6, "after Close, nothing in flight; want the blocked compile")
+	}
+	if tensorbridge.DriverClosed(b) {
+		fail(7, "Close closed the driver under the compile in flight")
+	}
+	close(release)
+	for wait := 0; !tensorbridge.DriverClosed(b); wait++ {
+		if wait == 60000 {
+			fail(8, "the compile ended 10 minutes ago or never; the driver is still open")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := tensorbridge.InFlight(b); n != 0 || !b.Engine().IsFinalized() {
+		fail(9, "driver closed with %d in flight, engine finalized: %v", n, b.Engine().IsFinalized())
+	}
+	fmt.Println("closed after cut-off: Close returned with the compile in flight; the driver closed when it ended")
 }
 
 func lastLine(s, having string) string {

@@ -152,7 +152,7 @@ func (s *shardedModel) release() {
 // runSharded is Model.Run for a model on a mesh.
 func (m *Model) runSharded(ctx context.Context, inputs map[string]*ir.Tensor) (map[string]*ir.Tensor, error) {
 	s := m.sharded
-	leave, err := m.b.enter("run") // Backend.Close waits for this run
+	leave, err := m.b.enter("run") // the backend's driver stays open until this run ends
 	if err != nil {
 		return nil, err
 	}

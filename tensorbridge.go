@@ -116,8 +116,10 @@ type Backend struct {
 
 	mu       sync.Mutex
 	closed   bool
-	inflight int        // runs and compiles under way
-	idle     *sync.Cond // signalled when inflight drops to 0
+	inflight int // runs and compiles under way; the last one after Close closes the driver
+	// driverClosed: the driver was closed (by Close, or after it by the
+	// last work in flight).
+	driverClosed bool
 }
 
 // Backends returns the names of the backends built into this binary.
@@ -227,7 +229,6 @@ func open(ctx context.Context, d driver.Driver, name string, sel Selection, o *o
 	}
 	sel.Chosen = name
 	b = &Backend{drv: db, selection: sel, devices: devs}
-	b.idle = sync.NewCond(&b.mu)
 	if err := b.resolveSettings(ctx, o.settings); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -296,11 +297,13 @@ func (b *Backend) MemoryStats(ctx context.Context, i int) (MemoryStats, error) {
 	return ms.MemoryStats(ctx, i)
 }
 
-// Close releases the backend. It refuses new work at once, waits for the
-// runs and compiles in flight (a compile abandoned by its caller's deadline
-// included: a PJRT compile cannot be interrupted) and only then frees the
-// runtime's client. Later calls, and calls on anything compiled from it,
-// return an error matching ErrClosed.
+// Close releases the backend. It refuses new work at once and never waits
+// for work in flight: with none, it frees the runtime's client before
+// returning; otherwise (runs under way, a compile abandoned by its
+// caller's deadline: a PJRT compile cannot be interrupted) the last of
+// that work frees it when it ends, and Close returns nil at once. Later
+// calls, and calls on anything compiled from it, return an error matching
+// ErrClosed.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -308,14 +311,35 @@ func (b *Backend) Close() error {
 		return &errs.Error{Kind: errs.FailedPrecondition, Backend: b.Name(), Op: "close", Err: ErrClosed}
 	}
 	b.closed = true
-	for b.inflight > 0 {
-		b.idle.Wait()
-	}
+	// Work still in flight (a compile cut off by its deadline, a run
+	// its caller stopped waiting for) keeps the driver open: Close returns
+	// at once and the last of it closes the driver (closeDriver).
+	later := b.inflight > 0
 	b.mu.Unlock()
 	if b.disk != nil {
 		_ = b.disk.FlushStats(context.Background())
 	}
-	return b.drv.Close()
+	if later {
+		return nil
+	}
+	err := b.drv.Close()
+	b.markDriverClosed()
+	return err
+}
+
+// markDriverClosed records that the driver was closed.
+func (b *Backend) markDriverClosed() {
+	b.mu.Lock()
+	b.driverClosed = true
+	b.mu.Unlock()
+}
+
+// closeDriver closes the driver after Close, once the last work in flight
+// ended; the error has no caller left to go to and is dropped (the
+// driver's own resources are freed either way).
+func (b *Backend) closeDriver() {
+	_ = b.drv.Close()
+	b.markDriverClosed()
 }
 
 // enter counts a run or compile as work in flight, which Close waits for;
@@ -329,14 +353,7 @@ func (b *Backend) enter(op string) (leave func(), err error) {
 	b.inflight++
 	var once sync.Once
 	return func() {
-		once.Do(func() {
-			b.mu.Lock()
-			b.inflight--
-			if b.inflight == 0 {
-				b.idle.Broadcast()
-			}
-			b.mu.Unlock()
-		})
+		once.Do(b.end)
 	}, nil
 }
 
@@ -355,10 +372,11 @@ func (b *Backend) begin(op string) error {
 func (b *Backend) end() {
 	b.mu.Lock()
 	b.inflight--
-	if b.inflight == 0 {
-		b.idle.Broadcast()
-	}
+	last := b.inflight == 0 && b.closed // Close left the driver to us
 	b.mu.Unlock()
+	if last {
+		b.closeDriver()
+	}
 }
 
 func (b *Backend) check() error {

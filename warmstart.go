@@ -65,6 +65,18 @@ func (m *Model) warmStart(ctx context.Context, shapes map[string][]int, values m
 			if outputs != nOut {
 				return nil, fmt.Errorf("warm start of %s: the stored program has %d outputs, the model %d", m.path, outputs, nOut)
 			}
+			if m.m.HasIndexOps() {
+				// The index checks are recorded by Build, which a warm start
+				// skips (indexcheck.go in package onnx); a program with an
+				// index check output was never stored (one output per
+				// model output).
+				if err := buildOnHost(m.b.drv.Engine(), plan); err != nil {
+					return nil, err
+				}
+				if plan.IndexChecks().HasOutput() {
+					return nil, fmt.Errorf("warm start of %s: the program has an index check output", m.path)
+				}
+			}
 			return m.b.Compile(ctx, stub, warmStub(nOut), argShapes...)
 		}()
 		if err == nil {

@@ -20,12 +20,14 @@ type GRPC struct {
 }
 
 // DialGRPC connects to addr ("host:port"). Without options it uses an
-// insecure (plaintext) connection and message limits of 2 GiB, as
-// tritonclient does.
+// insecure (plaintext) connection, a send limit of 2 GiB (as tritonclient
+// has) and a receive limit of DefaultMaxResponseBytes. Options given
+// replace these (add grpc.WithTransportCredentials and, for a server with
+// a token, BearerToken).
 func DialGRPC(addr string, opts ...grpc.DialOption) (*GRPC, error) {
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32))}
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(DefaultMaxResponseBytes), grpc.MaxCallSendMsgSize(math.MaxInt32))}
 	}
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
@@ -120,7 +122,45 @@ func (c *GRPC) Infer(ctx context.Context, model string, req *InferRequest) (*Inf
 	}
 	out := &InferResponse{ModelName: resp.GetModelName(), ID: resp.GetId()}
 	for i, o := range resp.GetOutputs() {
+		if err := checkRaw(o.GetName(), o.GetDatatype(), o.GetShape(), len(raw[i])); err != nil {
+			return nil, err
+		}
 		out.Outputs = append(out.Outputs, Tensor{Name: o.GetName(), Datatype: o.GetDatatype(), Shape: o.GetShape(), Data: raw[i]})
 	}
 	return out, nil
 }
+
+// checkRaw checks that an output's raw bytes are exactly what its shape
+// and datatype take.
+func checkRaw(name, datatype string, shape []int64, got int) error {
+	n, err := oip.Elements(shape)
+	if err != nil {
+		return fmt.Errorf("output %q: %w", name, err)
+	}
+	elem, ok := oip.ElemSize(datatype)
+	if !ok {
+		return fmt.Errorf("output %q: datatype %q is not one the client decodes", oip.Clip(name), oip.Clip(datatype))
+	}
+	if want := int64(n) * int64(elem); int64(got) != want {
+		return fmt.Errorf("output %q: %d raw bytes, but shape %v of %s takes %d", name, got, shape, datatype, want)
+	}
+	return nil
+}
+
+// BearerToken sends "authorization: Bearer token" with every call (for a
+// server started with --auth-token-file). The token travels in the clear
+// over a plaintext connection: requireTLS refuses to send it on one.
+func BearerToken(token string, requireTLS bool) grpc.DialOption {
+	return grpc.WithPerRPCCredentials(bearer{token: token, tls: requireTLS})
+}
+
+type bearer struct {
+	token string
+	tls   bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+func (b bearer) RequireTransportSecurity() bool { return b.tls }

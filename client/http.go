@@ -14,10 +14,18 @@ import (
 	"github.com/tensorbridge/tensorbridge/internal/oip"
 )
 
+// DefaultMaxResponseBytes bounds a response body (REST) or message (gRPC)
+// the clients read, unless changed (WithMaxResponseBytes, or gRPC's
+// MaxCallRecvMsgSize): a server, or something posing as one, cannot make
+// the client allocate without bound.
+const DefaultMaxResponseBytes = 512 << 20
+
 // HTTP talks to a server's REST API.
 type HTTP struct {
-	base string
-	hc   *http.Client
+	base    string
+	hc      *http.Client
+	token   string
+	maxBody int64
 }
 
 // NewHTTP returns a client for the server at addr ("host:port", or a URL
@@ -29,7 +37,24 @@ func NewHTTP(addr string, hc *http.Client) *HTTP {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	return &HTTP{base: strings.TrimRight(addr, "/"), hc: hc}
+	return &HTTP{base: strings.TrimRight(addr, "/"), hc: hc, maxBody: DefaultMaxResponseBytes}
+}
+
+// WithToken returns a copy of c that sends "Authorization: Bearer token"
+// (for a server started with --auth-token-file).
+func (c *HTTP) WithToken(token string) *HTTP {
+	d := *c
+	d.token = token
+	return &d
+}
+
+// WithMaxResponseBytes returns a copy of c that reads response bodies of
+// at most n bytes (default DefaultMaxResponseBytes); a larger one is an
+// error.
+func (c *HTTP) WithMaxResponseBytes(n int64) *HTTP {
+	d := *c
+	d.maxBody = n
+	return &d
 }
 
 func (c *HTTP) do(ctx context.Context, method, path string, body []byte, header http.Header) (*http.Response, []byte, error) {
@@ -44,14 +69,23 @@ func (c *HTTP) do(ctx context.Context, method, path string, body []byte, header 
 	for k, v := range header {
 		req.Header[k] = v
 	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	if resp.ContentLength > c.maxBody {
+		return nil, nil, fmt.Errorf("response of %d bytes is over the client's limit of %d", resp.ContentLength, c.maxBody)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, c.maxBody+1))
 	if err != nil {
 		return nil, nil, err
+	}
+	if int64(len(b)) > c.maxBody {
+		return nil, nil, fmt.Errorf("response over the client's limit of %d bytes", c.maxBody)
 	}
 	return resp, b, nil
 }
@@ -167,15 +201,25 @@ func EncodeHTTPInfer(req *InferRequest) (body []byte, headerLen int, err error) 
 	return body, len(head), nil
 }
 
-// DecodeHTTPInfer parses a REST infer response body.
+// responseLimits bound a response's JSON structure before it is decoded
+// (up to about 2,000 outputs with their parameters), so that what the
+// decoder allocates stays a small multiple of the body.
+var responseLimits = oip.JSONLimits{Depth: oip.MaxDepth, Objects: 4096, Keys: 65536}
+
+// DecodeHTTPInfer parses a REST infer response body. Each output's shape
+// is checked (non-negative, no overflow) and its element count against the
+// bytes that carry it before anything is allocated for it.
 func DecodeHTTPInfer(body []byte, headerLen string) (*InferResponse, error) {
 	head, rest := body, []byte(nil)
 	if headerLen != "" {
 		n, err := strconv.Atoi(headerLen)
 		if err != nil || n < 0 || n > len(body) {
-			return nil, fmt.Errorf("response header %s %q is not a length within the %d-byte body", oip.HeaderInferenceLength, headerLen, len(body))
+			return nil, fmt.Errorf("response header %s %q is not a length within the %d-byte body", oip.HeaderInferenceLength, oip.Clip(headerLen), len(body))
 		}
 		head, rest = body[:n], body[n:]
+	}
+	if err := oip.CheckJSON(head, responseLimits); err != nil {
+		return nil, fmt.Errorf("malformed response: %w", err)
 	}
 	var jr oip.InferResponse
 	if err := json.Unmarshal(head, &jr); err != nil {
@@ -188,10 +232,17 @@ func DecodeHTTPInfer(body []byte, headerLen string) (*InferResponse, error) {
 		if err != nil {
 			return nil, fmt.Errorf("output %q: %w", o.Name, err)
 		}
+		elem, known := oip.ElemSize(o.Datatype)
+		if !known {
+			return nil, fmt.Errorf("output %q: datatype %q is not one the client decodes", oip.Clip(o.Name), oip.Clip(o.Datatype))
+		}
 		if size, ok, err := o.Parameters.Int(oip.ParamBinarySize); err != nil {
 			return nil, fmt.Errorf("output %q: %w", o.Name, err)
 		} else if ok {
-			if size < 0 || size > int64(len(rest)) {
+			if size != int64(n)*int64(elem) {
+				return nil, fmt.Errorf("output %q: binary_data_size %d, but shape %v of %s takes %d bytes", o.Name, size, o.Shape, o.Datatype, int64(n)*int64(elem))
+			}
+			if size > int64(len(rest)) {
 				return nil, fmt.Errorf("output %q: binary_data_size %d beyond the %d bytes left", o.Name, size, len(rest))
 			}
 			t.Data, rest = rest[:size:size], rest[size:]

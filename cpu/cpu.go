@@ -17,6 +17,13 @@
 // (Float16, complex, 8-bit floats) before anything runs. Large matrix
 // products and element-wise ops still use simplego's worker pool inside an op.
 //
+// # Backward ops
+//
+// simplego v0.26.0 lacks Pad, Reverse and SelectAndScatter, which GoMLX's
+// reverse-mode autodiff emits for Slice, sum and max pooling and
+// convolution; the engine this backend hands out adds them as compositions
+// of ops simplego has (ops.go), so models with those ops train here.
+//
 // # Config
 //
 // The spec after "cpu:" is passed to simplego: "parallelism=N",
@@ -83,7 +90,7 @@ func (Driver) Open(ctx context.Context, opts *driver.Options) (driver.Backend, e
 	if err != nil {
 		return nil, &errs.Error{Kind: errs.InvalidArgument, Backend: Name, Op: "open", Err: err}
 	}
-	return &Backend{eng: eng}, nil
+	return &Backend{eng: wrapEngine(eng)}, nil
 }
 
 // Backend is an open cpu backend.

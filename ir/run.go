@@ -117,3 +117,27 @@ func toHost(t *Tensor) (*Tensor, error) {
 
 // IsNotImplemented reports whether err says the backend lacks an op.
 func IsNotImplemented(err error) bool { return errors.Is(err, ErrNotImplemented) }
+
+// RunOnDevice executes the compiled graph g on device dev with inputs (not
+// donated: they stay valid) and returns its outputs as device tensors the
+// caller owns and frees (FinalizeAll). It returns an error rather than
+// panicking; if it fails, no output buffer is left behind.
+func RunOnDevice(g *Graph, dev int, inputs []Buffer) (outs []*Tensor, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if e, ok := r.(error); ok {
+				err = e
+			} else {
+				err = fmt.Errorf("%v", r)
+			}
+			for _, t := range outs {
+				if t != nil {
+					_ = t.FinalizeAll()
+				}
+			}
+			outs = nil
+		}
+	}()
+	outs = g.RunWithBuffers(inputs, make([]bool, len(inputs)), backends.DeviceNum(dev))
+	return outs, nil
+}

@@ -100,7 +100,15 @@ type Options struct {
 	// the pods talk over the pod network, and the coordinator listens on
 	// the pod's IP only.
 	HostNetwork bool
+	// PVC mounts a PersistentVolumeClaim read-write at PVCPath in every
+	// pod of a JobSet: shared storage for a training run's --checkpoint-dir,
+	// so that a pod the JobSet recreates resumes from the newest checkpoint
+	// (train --resume). Empty mounts nothing.
+	PVC, PVCPath string
 }
+
+// StorageVolume is the name of the PVC's volume in a JobSet's pods.
+const StorageVolume = "storage"
 
 // The cluster token's mount in a JobSet's pods.
 const (
@@ -305,6 +313,10 @@ func JobSetFor(o Options) (*JobSet, error) {
 	hosts := int32(sl.Hosts)
 	c := container(&o, corev1.ResourceList{ResourceTPU: quantity(sl.ChipsPerHost)}, env, true)
 	c.VolumeMounts = []corev1.VolumeMount{{Name: TokenVolume, MountPath: TokenMountPath, ReadOnly: true}}
+	storage, err := pvcVolume(&o, &c)
+	if err != nil {
+		return nil, err
+	}
 	pod := corev1.PodTemplateSpec{
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyNever,
@@ -315,6 +327,9 @@ func JobSetFor(o Options) (*JobSet, error) {
 				SecretName: secret, DefaultMode: ptr(int32(0o400)), Items: []corev1.KeyToPath{{Key: TokenKey, Path: TokenKey}},
 			}}}},
 		},
+	}
+	if storage != nil {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, *storage)
 	}
 	if o.HostNetwork {
 		pod.Spec.HostNetwork = true
@@ -414,3 +429,20 @@ func YAML(obj any) ([]byte, error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// pvcVolume is the JobSet pods' PersistentVolumeClaim volume (Options.PVC),
+// mounted into c; nil when none is asked for.
+func pvcVolume(o *Options, c *corev1.Container) (*corev1.Volume, error) {
+	if o.PVC == "" && o.PVCPath == "" {
+		return nil, nil
+	}
+	if !dns1123.MatchString(o.PVC) || len(o.PVC) > 253 {
+		return nil, &InvalidError{Option: "--pvc", Value: o.PVC, Reason: "want CLAIM:/path with CLAIM a PersistentVolumeClaim name (lower-case DNS subdomain)"}
+	}
+	if !strings.HasPrefix(o.PVCPath, "/") || strings.Contains(o.PVCPath, ":") {
+		return nil, &InvalidError{Option: "--pvc", Value: o.PVCPath, Reason: "want an absolute mount path"}
+	}
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: StorageVolume, MountPath: o.PVCPath})
+	return &corev1.Volume{Name: StorageVolume, VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: o.PVC}}}, nil
+}

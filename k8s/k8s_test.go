@@ -406,3 +406,41 @@ func TestJobSetSecurity(t *testing.T) {
 		}
 	}
 }
+
+// A training JobSet with --pvc mounts the claim read-write at the path in
+// every pod, so that a pod the JobSet recreates (failurePolicy.maxRestarts)
+// finds the run's checkpoints and `train --resume` continues from the
+// newest; a bad claim or a relative path is refused naming --pvc.
+func TestJobSetPVC(t *testing.T) {
+	o := Options{Name: "ft", Image: "i", Slice: "v5e-16", MaxRestarts: 3, PVC: "ckpt", PVCPath: "/ckpt",
+		Args: []string{"train", "m.onnx", "--checkpoint-dir", "/ckpt/run", "--resume"}}
+	js, err := JobSetFor(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec
+	var claim string
+	for _, v := range pod.Volumes {
+		if v.Name == StorageVolume && v.PersistentVolumeClaim != nil {
+			claim = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	var mounted bool
+	for _, m := range pod.Containers[0].VolumeMounts {
+		mounted = mounted || (m.Name == StorageVolume && m.MountPath == "/ckpt" && !m.ReadOnly)
+	}
+	if claim != "ckpt" || !mounted {
+		t.Errorf("claim %q mounted %v: want the PVC ckpt mounted read-write at /ckpt", claim, mounted)
+	}
+	if js.Spec.FailurePolicy == nil || js.Spec.FailurePolicy.MaxRestarts != 3 {
+		t.Errorf("failurePolicy %+v: want maxRestarts 3", js.Spec.FailurePolicy)
+	}
+	for _, bad := range []Options{{PVC: "Ckpt", PVCPath: "/ckpt"}, {PVC: "ckpt", PVCPath: "ckpt"}, {PVC: "", PVCPath: "/ckpt"}} {
+		b := o
+		b.PVC, b.PVCPath = bad.PVC, bad.PVCPath
+		var ie *InvalidError
+		if _, err := JobSetFor(b); !errors.As(err, &ie) || ie.Option != "--pvc" {
+			t.Errorf("%+v: err %v, want an InvalidError naming --pvc", bad, err)
+		}
+	}
+}

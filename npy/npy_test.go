@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -414,8 +415,23 @@ func FuzzRead(f *testing.F) {
 		}
 	}
 	f.Add([]byte(Magic + "\x01\x00\x10\x00{'descr': '<f4'}"))
+	// Headers that promise far more data, or a longer header, than the
+	// input holds: the allocation check below catches a reader that
+	// allocates what a header claims. (Guard check: with readExact
+	// allocating n bytes up front, as it did, both fail it.)
+	f.Add([]byte(Magic + "\x01\x00\x46\x00{'descr': '<f4', 'fortran_order': False, 'shape': (16000000,), }    \n\x00\x00"))
+	f.Add([]byte(Magic + "\x02\x00\x00\x00\x10\x00{'descr'"))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
 		a, err := Read(bytes.NewReader(b))
+		runtime.ReadMemStats(&after)
+		// Allocation is bounded by the bytes actually read: 64 bytes per
+		// input byte covers decoding (a Fortran-order permutation is 8
+		// bytes per element of at least 1 byte) and buffer doubling.
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > uint64(256<<10+64*len(b)) {
+			t.Fatalf("reading %d bytes allocated %d bytes", len(b), grew)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrFormat) && !errors.Is(err, ErrUnsupported) {
 				t.Fatalf("error %v wraps neither ErrFormat nor ErrUnsupported", err)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -65,22 +66,21 @@ func Read(r io.Reader) (*Array, error) {
 	return &Array{Shape: h.Shape, Data: data}, nil
 }
 
-// readExact reads n bytes, growing the buffer as data arrives so a header
-// that promises more data than the file holds cannot force a huge
-// allocation.
+// readExact reads n bytes into a buffer that starts at 64 KiB and doubles
+// as data arrives, so a header that promises more data than the input
+// holds allocates at most about twice what was actually read (plus 64
+// KiB), never what the header claims.
 func readExact(r io.Reader, n int64) ([]byte, error) {
-	const chunk = 64 << 20
-	if n <= chunk {
-		buf := make([]byte, n)
-		_, err := io.ReadFull(r, buf)
-		return buf, unexpected(err)
-	}
-	var buf []byte
+	const first = 64 << 10
+	buf := make([]byte, 0, min(n, first))
 	for int64(len(buf)) < n {
-		m := min(n-int64(len(buf)), chunk)
-		start := len(buf)
-		buf = append(buf, make([]byte, m)...)
-		if _, err := io.ReadFull(r, buf[start:]); err != nil {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, int(min(n-int64(len(buf)), int64(cap(buf)))))
+		}
+		end := int(min(int64(cap(buf)), n))
+		k, err := io.ReadFull(r, buf[len(buf):end])
+		buf = buf[:len(buf)+k]
+		if err != nil {
 			return nil, unexpected(err)
 		}
 	}
@@ -127,9 +127,9 @@ func ReadHeader(r io.Reader) (*Header, error) {
 		return nil, fmt.Errorf("%w: format version %d.%d (this package reads 1.0, 2.0 and 3.0)",
 			ErrUnsupported, h.Major, h.Minor)
 	}
-	buf := make([]byte, hlen)
-	if _, err := io.ReadFull(r, buf); err != nil {
-		return nil, fmt.Errorf("%w: header of %d bytes: %v", ErrFormat, hlen, unexpected(err))
+	buf, err := readExact(r, int64(hlen))
+	if err != nil {
+		return nil, fmt.Errorf("%w: header of %d bytes: %v", ErrFormat, hlen, err)
 	}
 	// Versions 1 and 2 use latin-1 (in practice ASCII), version 3 UTF-8.
 	if h.Major == 3 && !utf8.Valid(buf) {

@@ -34,6 +34,7 @@ type Plan struct {
 	// weightsAsParams: the initializers in weights are graph parameters
 	// (SpecializeOptions.WeightsAsParams; weights.go).
 	weightsAsParams bool
+	weightNames     []string // SpecializeOptions.Weights
 	weights         []Param
 	// STRING inputs given in SpecializeOptions.Strings and the STRING
 	// outputs Build computed on the host (strings.go).
@@ -42,6 +43,8 @@ type Plan struct {
 	// layout: the structure of sequence and optional outputs, set by Build
 	// (values.go).
 	layout outputLayout
+	// idx: the index range checks the latest Build recorded (indexcheck.go).
+	idx planChecks
 }
 
 // Specialize fixes the model's input shapes. shapes gives the concrete
@@ -149,7 +152,7 @@ func (m *Model) SpecializeStrings(shapes map[string][]int, values map[string]*ir
 			return nil, &errs.InputError{Name: name, Problem: "value", Expected: "its value at specialisation time (it determines shapes in the graph)", Got: "only a shape"}
 		}
 	}
-	if err := p.selectWeights(opts.WeightsAsParams); err != nil {
+	if err := p.selectWeights(opts.WeightsAsParams, opts.Weights); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -233,6 +236,12 @@ func (p *Plan) Model() *Model { return p.m }
 // works around it by returning such parameters as extra outputs, and other
 // callers must do the same or not declare them.
 func (p *Plan) Build(g *ir.Graph, inputs map[string]*ir.Node) (outs map[string]*ir.Node, err error) {
+	return p.buildTraced(g, inputs, nil)
+}
+
+// buildTraced is Build recording in tr, when not nil, which ONNX node
+// created which graph nodes (gradcheck.go).
+func (p *Plan) buildTraced(g *ir.Graph, inputs map[string]*ir.Node, tr *nodeTrace) (outs map[string]*ir.Node, err error) {
 	if g == nil {
 		return nil, errors.New("onnx: Build needs a graph")
 	}
@@ -240,8 +249,9 @@ func (p *Plan) Build(g *ir.Graph, inputs map[string]*ir.Node) (outs map[string]*
 		return nil, err
 	}
 	truncates := bf16ConvertTruncates(g.Backend())
-	b := &builder{m: p.m, g: g, vals: map[string]*value{}, prec: p.prec,
-		emulate: p.prec.compute == ir.BFloat16 && truncates, wideBF16: !p.prec.low() && truncates}
+	b := &builder{m: p.m, g: g, vals: map[string]*value{}, prec: p.prec, trace: tr,
+		emulate: p.prec.compute == ir.BFloat16 && truncates, wideBF16: !p.prec.low() && truncates,
+		idx: newIndexRecorder(p.m)}
 	for _, prm := range p.params {
 		n, ok := inputs[prm.Name]
 		if !ok || n == nil {
@@ -324,6 +334,7 @@ func (p *Plan) Build(g *ir.Graph, inputs map[string]*ir.Node) (outs map[string]*
 		}
 		outs[o.Name] = n
 	}
+	b.idx.finish(p, outs)
 	return outs, nil
 }
 
@@ -370,6 +381,11 @@ type builder struct {
 	// Float16 values always are), rounded to BFloat16 to nearest even at
 	// casts to BFLOAT16 and at the model's outputs (see graphDT).
 	wideBF16 bool
+	// trace, when not nil, records the graph nodes each ONNX node created.
+	trace *nodeTrace
+	// idx records index range checks (indexcheck.go); nil outside the
+	// main graph (subgraphs, folds).
+	idx *indexRecorder
 }
 
 // graphDT is the dtype of graph nodes for values the model declares dt:
@@ -407,7 +423,7 @@ func (b *builder) buildSubgraph(g *onnxpb.Graph, inputs []*value) ([]*value, err
 	if sg == nil {
 		return nil, fmt.Errorf("subgraph %q was not prepared", g.Name)
 	}
-	child := &builder{m: b.m, g: b.g, vals: map[string]*value{}, parent: b, prec: b.prec, emulate: b.emulate, wideBF16: b.wideBF16}
+	child := &builder{m: b.m, g: b.g, vals: map[string]*value{}, parent: b, prec: b.prec, emulate: b.emulate, wideBF16: b.wideBF16, trace: b.trace}
 	for name, t := range sg.inits {
 		dt := b.prec.hostDT(sg.initDT[name])
 		child.vals[name] = &value{name: name, dt: dt, host: hostFromIR(t, dt)}
@@ -529,9 +545,11 @@ func (b *builder) convertNodes(nodes []*onnxpb.Node, defs []*opDef, attrs []map[
 				c.outs[i] = &value{name: name}
 			}
 		}
+		first := len(b.g.Nodes())
 		if err := b.convertNode(c); err != nil {
 			return err
 		}
+		b.trace.record(first, len(b.g.Nodes()), n.OpType, c.name)
 		for i, o := range c.outs {
 			if o == nil {
 				continue

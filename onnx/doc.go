@@ -72,4 +72,16 @@
 //
 // Test each op with a small hand-computed case in ops_<family>_test.go and
 // check the conformance runner (package conformance) still passes.
+//
+// # Gradients
+//
+// Training differentiates the graphs Build makes with GoMLX's reverse-mode
+// autodiff, so a converter must also use ops whose gradient GoMLX
+// v0.26.0 can build: no ReduceWindow or convolution with explicit unit
+// dilations, no input-dilated convolution. vjp.go registers the gradients
+// GoMLX lacks; Plan.CheckGradients refuses, naming the ONNX op and node,
+// a model whose trained path still has no gradient (gradcheck.go). After
+// adding or changing an op, run go test -run TestGradCheck ./onnx: it
+// checks every node test's gradient against finite differences in
+// float64 and compares with testdata/gradcheck-golden.txt.
 package onnx

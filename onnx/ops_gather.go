@@ -13,11 +13,12 @@ import (
 // pure-Go backend implements.
 //
 // Index checking: indices known at build time are range-checked and an
-// out-of-range index is an error, as ONNX requires. Indices computed at run
-// time cannot be checked by a static graph: an out-of-range gather index is
-// clamped into range (the backend's Gather semantics) and an out-of-range
-// scatter update is ignored (its row is masked out before the scatter, so
-// the backend never writes outside the output).
+// out-of-range index is an error, as ONNX requires. Indices given or
+// computed at run time are checked by the plan's IndexChecks (indexcheck.go)
+// before or after the run; inside the graph an out-of-range gather index
+// is still clamped into range (the backend's Gather semantics) and an
+// out-of-range scatter update ignored (its row is masked out, so the
+// backend never writes outside the output), but the run then fails.
 //
 // Scatter reductions: "add", "max" and "min" map to the backend's scatter
 // combiners; "none" applies, for duplicate indices, the update that comes
@@ -64,6 +65,7 @@ func gatherAxisIndices(c *opCtx, k, dim int) (n *graph.Node, host []int64) {
 		}
 		return constNode(c.g, hostInt64s(norm, h.dims...)), norm
 	}
+	c.noteIndices(k, []int{dim}, false)
 	idx := graph.ConvertDType(c.in(k), ir.Int64)
 	return normalizeIndices(idx, dim), nil
 }
@@ -94,6 +96,7 @@ func gatherTupleIndices(c *opCtx, k int, dims []int) (n *graph.Node, host []int6
 		}
 		return constNode(c.g, hostInt64s(norm, h.dims...)), norm
 	}
+	c.noteIndices(k, dims, true)
 	idx := graph.ConvertDType(c.in(k), ir.Int64)
 	shape := idx.Shape().Dimensions
 	d := make([]int64, m)

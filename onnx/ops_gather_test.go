@@ -238,13 +238,14 @@ func TestScatterOps(t *testing.T) {
 			want:    []gatherWant{{ir.Float32, []int{2, 2}, floats(111, 222, 3, 4)}},
 		},
 		{
-			// Run-time index 5 is out of range for size 3: that row is ignored.
-			name:    "ScatterND run-time out-of-range row ignored",
+			// Run-time index 5 is out of range for size 3: an error, as ONNX
+			// requires (the host check of input i; indexcheck.go).
+			name:    "ScatterND run-time out-of-range index refused",
 			node:    node("ScatterND", []string{"x", "i", "u"}, []string{"y"}),
 			inputs:  []onnxpb.ValueInfo{vi("x", f, 3), vi("i", i64v, 2, 1), vi("u", f, 2)},
 			outputs: []onnxpb.ValueInfo{vi("y", f, 3)},
 			feed:    map[string]*ir.Tensor{"x": f32(t, []int{3}, 1, 2, 3), "i": i64(t, []int{2, 1}, 5, 0), "u": f32(t, []int{2}, 7, 8)},
-			want:    []gatherWant{{ir.Float32, []int{3}, floats(8, 2, 3)}},
+			wantErr: "got 5 at flat position 0",
 		},
 		{
 			name:    "ScatterND constant out-of-range index refused",

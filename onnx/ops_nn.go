@@ -349,7 +349,22 @@ func convConvTranspose(c *opCtx) error {
 	for a := range ones {
 		ones[a] = 1
 	}
-	y := graph.ConvGeneral(x, kw, nchwAxes(n), ones, pads, s, d, group, 1)
+	// The strides are the convolution's input dilation, written out with
+	// zeros between the input's elements (dilateAxis): GoMLX v0.26.0 has
+	// no gradient for a convolution with input dilations (convGeneralVJP
+	// refuses any, ones included).
+	for a := range n {
+		x = dilateAxis(x, 2+a, s[a])
+	}
+	// The padding is written out too: GoMLX v0.26.0's convolution
+	// gradient fails for paddings this large (convVJPWrtX: "failed to set
+	// up reverse Convolve() for gradient").
+	before0, after0 := make([]int, n+2), make([]int, n+2)
+	for a := range n {
+		before0[2+a], after0[2+a] = pads[a][0], pads[a][1]
+	}
+	x = padConstant(x, before0, after0, graph.ScalarZero(c.g, x.DType()))
+	y := graph.ConvGeneral(x, kw, nchwAxes(n), ones, nil, nil, d, group, 1)
 	for a := range n {
 		if crop[a][0] > 0 || crop[a][1] > 0 {
 			dim := y.Shape().Dimensions[2+a]
@@ -409,6 +424,39 @@ func poolGeom(c *opCtx, x *graph.Node) poolGeometry {
 	return g
 }
 
+// dilateAxis puts s-1 zeros between consecutive elements of x along axis
+// (XLA's input dilation), with ops every backend has and that reverse-mode
+// autodiff can differentiate: x reshaped to [..., n, 1, ...] is
+// concatenated with zeros [..., n, s-1, ...], flattened and the trailing
+// zeros cut.
+func dilateAxis(x *graph.Node, axis, s int) *graph.Node {
+	dims := x.Shape().Dimensions
+	n := dims[axis]
+	if s <= 1 || n <= 1 {
+		return x
+	}
+	split := append(append(append([]int{}, dims[:axis+1]...), 1), dims[axis+1:]...)
+	zeros := append([]int{}, split...)
+	zeros[axis+1] = s - 1
+	y := graph.Concatenate([]*graph.Node{graph.Reshape(x, split...), graph.Zeros(x.Graph(), ir.MakeShape(x.DType(), zeros...))}, axis+1)
+	flat := append([]int{}, dims...)
+	flat[axis] = n * s
+	return sliceAxis(graph.Reshape(y, flat...), axis, 0, n*s-(s-1), 1)
+}
+
+// windowDilations is the dilations argument of the pooling's ReduceWindow:
+// nil when every dilation is 1, because GoMLX v0.26.0 has no gradient for
+// a ReduceWindow given any window dilations, ones included
+// (ops_pool.go, reduceWindowVJP).
+func (g poolGeometry) windowDilations() []int {
+	for _, d := range g.dilations {
+		if d != 1 {
+			return g.dilations
+		}
+	}
+	return nil
+}
+
 func convPool(kind string) converterFunc {
 	return func(c *opCtx) error {
 		x := c.in(0)
@@ -421,15 +469,15 @@ func convPool(kind string) converterFunc {
 		}
 		switch kind {
 		case "max":
-			c.set(0, graph.BackendReduceWindow(x, backends.ReduceOpMax, g.window, g.strides, nil, g.dilations, g.pads))
+			c.set(0, graph.BackendReduceWindow(x, backends.ReduceOpMax, g.window, g.strides, nil, g.windowDilations(), g.pads))
 		case "lp":
 			p := c.attrFloat("p", 2)
 			ax := graph.Abs(x)
 			xp := graph.Pow(ax, scalarLikeB(ax, p))
-			sum := graph.BackendReduceWindow(xp, backends.ReduceOpSum, g.window, g.strides, nil, g.dilations, g.pads)
+			sum := graph.BackendReduceWindow(xp, backends.ReduceOpSum, g.window, g.strides, nil, g.windowDilations(), g.pads)
 			c.set(0, graph.Pow(sum, scalarLikeB(sum, 1/p)))
 		default: // avg
-			sum := graph.BackendReduceWindow(x, backends.ReduceOpSum, g.window, g.strides, nil, g.dilations, g.pads)
+			sum := graph.BackendReduceWindow(x, backends.ReduceOpSum, g.window, g.strides, nil, g.windowDilations(), g.pads)
 			// Count the elements each window averages: the real ones, plus
 			// the explicit padding when count_include_pad is set (never the
 			// ceil-mode extra).
@@ -447,7 +495,7 @@ func convPool(kind string) converterFunc {
 				}
 			}
 			ones := filled(c.g, x.DType(), maskDims, 1)
-			counts := graph.BackendReduceWindow(ones, backends.ReduceOpSum, g.window, g.strides, nil, g.dilations, maskPads)
+			counts := graph.BackendReduceWindow(ones, backends.ReduceOpSum, g.window, g.strides, nil, g.windowDilations(), maskPads)
 			c.set(0, graph.Div(sum, broadcastNodeTo(counts, sum.Shape().Dimensions)))
 		}
 		return nil

@@ -143,7 +143,10 @@ func reduceMaxMin(x *graph.Node, axes []int, isMax bool) *graph.Node {
 }
 
 func reduceLogSumExp(x *graph.Node, axes []int) *graph.Node {
-	m := graph.ReduceMax(x, axes...)
+	// The shift by the maximum cancels in value and derivative, so it is
+	// taken out of the gradient: GoMLX's ReduceMax gradient is NaN on a
+	// slice that is -Inf everywhere (x - max = -Inf - -Inf).
+	m := graph.StopGradient(graph.ReduceMax(x, axes...))
 	// Guard infinite maxima so exp(x - m) stays defined.
 	mKeep := graph.Reshape(m, keptDims(x.Shape().Dimensions, axes)...)
 	finite := graph.IsFinite(mKeep)

@@ -559,6 +559,7 @@ func convGather(c *opCtx) error {
 		c.set(0, gatherAxis(x, constNode(c.g, hostInt64s(norm, idx.dims...)), axis))
 		return nil
 	}
+	c.noteIndices(1, []int{dim}, false)
 	idx := normalizeIndices(c.in(1), dim)
 	c.set(0, gatherAxis(x, idx, axis))
 	return nil

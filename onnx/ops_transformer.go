@@ -254,7 +254,12 @@ func repeatHeads(x *graph.Node, reps int) *graph.Node {
 // for a row that is -inf everywhere.
 func maskedSoftmax(x *graph.Node) *graph.Node {
 	dims := x.Shape().Dimensions
-	mx := graph.ReduceAndKeep(x, graph.ReduceMax, -1)
+	// The shift by the maximum does not change the result, so it is taken
+	// out of the gradient (as GoMLX's Softmax does): GoMLX's ReduceMax
+	// gradient is NaN on a row that is -Inf everywhere, which made a
+	// fully masked row's gradient NaN on xla-cpu (TestGradCheckXLACPU,
+	// test_attention_23_boolmask_fullymasked_row_nan_robustness).
+	mx := graph.StopGradient(graph.ReduceAndKeep(x, graph.ReduceMax, -1))
 	mx = graph.Where(graph.Equal(mx, scalarLikeB(mx, math.Inf(-1))), scalarLikeB(mx, 0), mx)
 	e := graph.Exp(graph.Sub(x, broadcastNodeTo(mx, dims)))
 	sum := graph.ReduceAndKeep(e, graph.ReduceSum, -1)

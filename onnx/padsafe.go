@@ -178,6 +178,8 @@ const (
 	sConst
 	sSym
 	sTaint
+	sMerge // an axis that merges D with other sizes (padmerge.go)
+	sProd  // a size element D times other sizes (padmerge.go)
 )
 
 type sdim struct {
@@ -286,6 +288,10 @@ func (m *Model) runPad(dim string, fills map[string]float64, extreme bool) *padR
 			r.err = fmt.Sprintf("output %q holds a value computed from its size", o.Name)
 			break
 		}
+		if r.mergedOutput(v) {
+			r.err = fmt.Sprintf("output %q carries it merged with other sizes, so padding could not be sliced off", o.Name)
+			break
+		}
 		if len(v.dAxes(dim)) == 0 {
 			continue
 		}
@@ -355,7 +361,7 @@ func (v *pval) dAxes(dim string) []int {
 
 func (r *padRun) sizeDep(v *pval) bool {
 	for _, e := range v.elems {
-		if e.k == sTaint || (e.k == sSym && e.s == r.dim) {
+		if r.isD(e) {
 			return true
 		}
 	}
@@ -371,7 +377,7 @@ func (r *padRun) involved(v *pval) bool {
 		return true
 	}
 	for _, d := range v.dims {
-		if d.k == sTaint || d.k == sSym && d.s == r.dim {
+		if r.isD(d) {
 			return true
 		}
 	}
@@ -464,7 +470,7 @@ func (r *padRun) constInts(n *onnxpb.Node, i int) ([]int64, bool) {
 	}
 	out := make([]int64, len(v.fc))
 	for k, f := range v.fc {
-		out[k] = int64(f)
+		out[k] = clampInt64(f)
 	}
 	return out, true
 }
@@ -475,6 +481,7 @@ func (r *padRun) constInts(n *onnxpb.Node, i int) ([]int64, bool) {
 // padded positions" (mask) flows from every data input to every output.
 func (r *padRun) node(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute) []*pval {
 	outs := r.rule(n, attrs)
+	constElems(outs)
 	shapeArg := map[string]int{"Reshape": 1, "Expand": 1, "ConstantOfShape": 0, "Range": 1, "Gather": 1, "Tile": 1}
 	var mask bool
 	for i, name := range n.Input {
@@ -554,6 +561,11 @@ func (r *padRun) rule(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute) []*pva
 	op := n.OpType
 	if n.Domain != "" && n.Domain != "ai.onnx" {
 		return unknown()
+	}
+	if !anyInv {
+		if outs := r.foldConst(op, attrs, ins); outs != nil {
+			return outs
+		}
 	}
 	switch op {
 	case "Constant":
@@ -647,7 +659,7 @@ func (r *padRun) rule(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute) []*pva
 		if e < s {
 			e = s
 		}
-		out.elems = append([]sdim{}, x.dims[s:e]...)
+		out.elems = r.mergedElems(append([]sdim{}, x.dims[s:e]...))
 		out.dims = []sdim{cdim(int64(e - s))}
 		return []*pval{out}
 
@@ -720,7 +732,7 @@ func (r *padRun) rule(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute) []*pva
 			if !ok {
 				return fail("has an axis out of range")
 			}
-			if x.dims[k].k == sSym && x.dims[k].s == r.dim || x.dims[k].k == sTaint {
+			if r.isD(x.dims[k]) {
 				return fail("squeezes it")
 			}
 			drop[k] = true
@@ -813,26 +825,22 @@ func (r *padRun) rule(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute) []*pva
 		if x.elems == nil {
 			return fail("takes a shape the analysis does not know")
 		}
-		out := &pval{rank: len(x.elems)}
-		for _, e := range x.elems {
-			if e.k == sTaint {
-				return fail("takes a shape computed from its size")
-			}
-			out.dims = append(out.dims, e)
+		dims, ok := r.shapeDims(x.elems)
+		if !ok {
+			return fail("takes a shape computed from its size")
 		}
-		return []*pval{out}
+		return []*pval{{rank: len(dims), dims: dims}}
 
 	case "Expand":
 		s := in(1)
 		if s == nil || s.elems == nil || x.rank < 0 {
 			return fail("takes a shape the analysis does not know")
 		}
-		t := &pval{rank: len(s.elems), dims: s.elems}
-		for _, e := range s.elems {
-			if e.k == sTaint {
-				return fail("takes a shape computed from its size")
-			}
+		tdims, ok := r.shapeDims(s.elems)
+		if !ok {
+			return fail("takes a shape computed from its size")
 		}
+		t := &pval{rank: len(tdims), dims: tdims}
 		dims, why := r.broadcast([]*pval{x, t})
 		if why != "" {
 			return fail("%s", why)
@@ -862,11 +870,11 @@ func (r *padRun) rule(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute) []*pva
 				}
 				return fail("counts to its size from a start or step other than 0 and 1")
 			}
-			if e.k == sTaint {
+			if r.isD(e) {
 				return fail("counts to a value computed from its size")
 			}
 		}
-		return []*pval{{rank: 1, dims: []sdim{{}}}}
+		return []*pval{{rank: 1, dims: []sdim{rangeDim(start, limit, delta)}}}
 
 	case "MatMul":
 		return r.matmul(n, x, in(1), anyInv, fail)
@@ -948,6 +956,9 @@ func (r *padRun) rule(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute) []*pva
 		if r.isD(x.dims[a]) && attrI(attrs, "reverse", 0) != 0 {
 			return fail("sums in reverse along it, so padded positions reach real ones")
 		}
+		if r.isD(x.dims[a]) && !r.batchMajor(x.dims[a]) {
+			return fail("sums along it merged behind other sizes, so padded positions come before real ones")
+		}
 		// A forward CumSum at a real position only reads earlier positions.
 		return []*pval{{rank: x.rank, dims: x.dims}}
 
@@ -981,7 +992,11 @@ func (r *padRun) all(n *onnxpb.Node, v *pval) []*pval {
 	return out
 }
 
-func (r *padRun) isD(d sdim) bool { return d.k == sTaint || d.k == sSym && d.s == r.dim }
+// isD says whether d carries the padded dimension: D itself, a size
+// computed from it, or D merged with other sizes (padmerge.go).
+func (r *padRun) isD(d sdim) bool {
+	return d.k == sTaint || d.k == sMerge || d.k == sProd || d.k == sSym && d.s == r.dim
+}
 
 func (v *pval) clone() *pval {
 	c := *v
@@ -1174,7 +1189,7 @@ func (r *padRun) elementwise(n *onnxpb.Node, op string, ins []*pval, anyInv bool
 				case x.k == sConst && y.k == sConst:
 					e = cdim(intArith(op, x.c, y.c))
 				case r.isD(x) || r.isD(y):
-					e = sdim{k: sTaint}
+					e = r.prodArith(op, x, y)
 				}
 				out.elems = append(out.elems, e)
 			}
@@ -1320,7 +1335,11 @@ func (r *padRun) reshape(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, x, 
 		return fail("takes a target shape the analysis does not know")
 	}
 	allowZero := attrI(attrs, "allowzero", 0) != 0
-	target := make([]sdim, len(t.elems))
+	if outs := r.mergeReshape(x, t, allowZero, fail); outs != nil {
+		return outs
+	}
+	// Later sizes are known when a -1 before them is resolved.
+	target := append([]sdim(nil), t.elems...)
 	for i, e := range t.elems {
 		target[i] = e
 		if e.k == sConst && e.c == 0 && !allowZero {
@@ -1338,7 +1357,7 @@ func (r *padRun) reshape(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, x, 
 				}
 			}
 		}
-		if target[i].k == sTaint {
+		if target[i].k == sTaint || target[i].k == sProd {
 			return fail("reshapes to a size computed from it")
 		}
 	}
@@ -1496,7 +1515,7 @@ func (r *padRun) concat(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins 
 			}
 			if k == 0 {
 				out.dims[i] = d
-			} else if r.isD(d) != r.isD(out.dims[i]) {
+			} else if r.isD(d) != r.isD(out.dims[i]) || d.k == sMerge && d != out.dims[i] {
 				return fail("joins inputs that do not all carry it on the same axes")
 			}
 		}
@@ -1580,7 +1599,8 @@ func (r *padRun) slice(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, x *pv
 		}
 	}
 	out := &pval{rank: x.rank, dims: append([]sdim{}, x.dims...), mask: x.mask}
-	for _, a64 := range axes {
+	steps, _ := r.constInts(n, 4)
+	for k, a64 := range axes {
 		a, ok := normAxis(a64, x.rank)
 		if !ok {
 			return fail("has an axis out of range")
@@ -1588,7 +1608,10 @@ func (r *padRun) slice(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, x *pv
 		if r.isD(x.dims[a]) {
 			return fail("slices along it")
 		}
-		out.dims[a] = sdim{}
+		out.dims[a] = slicedDim(x.dims[a], starts, ends, steps, k, haveSE)
+		if out.dims[a].k == sOpaque {
+			out.dims[a] = r.slicedToSym(n, k)
+		}
 	}
 	if x.rank == 1 && x.elems != nil && haveSE && len(starts) == 1 && len(ends) == 1 {
 		l := int64(len(x.elems))

@@ -74,7 +74,7 @@ func TestPadSafetyRules(t *testing.T) {
 				node("Concat", []string{"b", "rest"}, []string{"t"}, aInt("axis", 0)), node("Reshape", []string{"x", "t"}, []string{"y"})},
 			"batch", true, "independent", ""},
 		{"Reshape merging it", x2, []onnxpb.ValueInfo{vi("y", F, "n")}, []onnxpb.Tensor{i64s("t", -1)},
-			[]onnxpb.Node{named(node("Reshape", []string{"x", "t"}, []string{"y"}), "flat")}, "batch", false, `Reshape node "flat" merges it`, ""},
+			[]onnxpb.Node{named(node("Reshape", []string{"x", "t"}, []string{"y"}), "flat")}, "batch", false, `output "y" carries it merged with other sizes`, ""},
 		{"Reshape regrouping the axes before it", []onnxpb.ValueInfo{vi("x", F, 6, "batch")}, []onnxpb.ValueInfo{vi("y", F, 3, 2, "batch")}, []onnxpb.Tensor{i64s("t", 3, 2, -1)},
 			[]onnxpb.Node{node("Reshape", []string{"x", "t"}, []string{"y"})}, "batch", true, "independent", ""},
 		{"Reshape moving it", []onnxpb.ValueInfo{vi("x", F, 2, "batch")}, []onnxpb.ValueInfo{vi("y", F, "batch", 2)}, []onnxpb.Tensor{i64s("one", 1), i64s("two", 2), i64s("e", 2)},

@@ -52,6 +52,15 @@ type SpecializeOptions struct {
 	// WeightsAsParams makes the model's weights graph parameters instead
 	// of constants folded into the program (see Plan.Weights, weights.go).
 	WeightsAsParams bool
+	// Weights, with WeightsAsParams, names exactly the initializers that
+	// become weight parameters, whatever their size, instead of every one
+	// of at least WeightMinElements elements: a trainer needs its trainable
+	// set as parameters (to differentiate and update them) and everything
+	// else folded. A name that is not an initializer, or one the importer
+	// needs as a value at build time (a Resize's scales...), is an
+	// *errs.InputError naming it; names no node reads are skipped. nil
+	// keeps the size rule.
+	Weights []string
 }
 
 // precisionMode is a plan's resolved SpecializeOptions.
@@ -515,7 +524,7 @@ func otherLow(dt ir.DType) ir.DType {
 // Options returns the precision options the plan was specialised with,
 // the default resolved (Compute is never ir.InvalidDType).
 func (p *Plan) Options() SpecializeOptions {
-	return SpecializeOptions{Compute: p.prec.compute, Mixed: p.prec.mixed, WeightsAsParams: p.weightsAsParams}
+	return SpecializeOptions{Compute: p.prec.compute, Mixed: p.prec.mixed, WeightsAsParams: p.weightsAsParams, Weights: append([]string(nil), p.weightNames...)}
 }
 
 // PrepareInput converts a caller's tensor for the parameter name, given in

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -248,7 +249,7 @@ func TestPrecisionOptionsValidation(t *testing.T) {
 		{SpecializeOptions{Mixed: true}, SpecializeOptions{}},
 	} {
 		p, err := m.SpecializeWith(nil, nil, tc.opts)
-		if tc.want == (SpecializeOptions{}) {
+		if reflect.DeepEqual(tc.want, SpecializeOptions{}) {
 			if err == nil || errs.KindOf(err) != errs.InvalidArgument {
 				t.Errorf("%+v: err %v, want an InvalidArgument error", tc.opts, err)
 			}
@@ -258,7 +259,7 @@ func TestPrecisionOptionsValidation(t *testing.T) {
 			t.Errorf("%+v: %v", tc.opts, err)
 			continue
 		}
-		if got := p.Options(); got != tc.want {
+		if got := p.Options(); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%+v: Options() = %+v, want %+v", tc.opts, got, tc.want)
 		}
 		if got, want := p.Params()[0].Shape.DType, tc.want.Compute; got != want {

@@ -133,6 +133,13 @@ func (p *Plan) run(engine ir.Engine, inputs map[string]*ir.Tensor) (outs map[str
 			order = append(order, built[o.Name])
 		}
 	}
+	checks := p.IndexChecks() // indexcheck.go
+	if err := checks.CheckInputs(inputs); err != nil {
+		return nil, err
+	}
+	if checks.HasOutput() {
+		order = append(order, built[IndexCheckOutput])
+	}
 	// The pure-Go backend (v0.26.0) indexes out of range when executing a
 	// graph with a parameter no output depends on: return such parameters
 	// as extra outputs (ignored).
@@ -145,6 +152,11 @@ func (p *Plan) run(engine ir.Engine, inputs map[string]*ir.Tensor) (outs map[str
 	var res []*ir.Tensor
 	if len(order) > 0 {
 		if res, err = compileAndRun(g, order, args); err != nil {
+			return nil, err
+		}
+	}
+	if checks.HasOutput() {
+		if err := checks.CheckOutput(res[len(graphOuts)]); err != nil {
 			return nil, err
 		}
 	}

@@ -121,7 +121,7 @@ func (m *Model) usedNames() map[string]bool {
 
 // selectWeights fills p.weights when weights are parameters, in the
 // model's initializer order.
-func (p *Plan) selectWeights(on bool) error {
+func (p *Plan) selectWeights(on bool, names []string) error {
 	p.weightsAsParams = on
 	if !on {
 		if p.m.shapesOnly {
@@ -130,7 +130,11 @@ func (p *Plan) selectWeights(on bool) error {
 		}
 		return nil
 	}
-	p.weights = p.m.weightParams(p.prec)
+	ws, err := p.m.weightParams(p.prec, names)
+	if err != nil {
+		return err
+	}
+	p.weights, p.weightNames = ws, append([]string(nil), names...)
 	return nil
 }
 
@@ -143,22 +147,39 @@ func (m *Model) WeightParams(opts SpecializeOptions) ([]Param, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.weightParams(prec), nil
+	return m.weightParams(prec, opts.Weights)
 }
 
-func (m *Model) weightParams(prec precisionMode) []Param {
+// weightParams lists the weight parameters: those named (when names is not
+// nil) or every candidate, in initializer order, skipping unused ones.
+func (m *Model) weightParams(prec precisionMode, names []string) ([]Param, error) {
+	var chosen map[string]bool
+	if names != nil {
+		chosen = make(map[string]bool, len(names))
+		for _, n := range names {
+			if _, ok := m.initShape[n]; !ok {
+				return nil, &errs.InputError{Name: n, Problem: "name", Expected: "an initializer of the model", Got: "no initializer " + quote(n)}
+			}
+			if m.needConst[n] {
+				return nil, &errs.InputError{Name: n, Problem: "value",
+					Expected: "an initializer the graph may take as a parameter",
+					Got:      "one the importer needs as a value at build time (it sets shapes, axes or scales)"}
+			}
+			chosen[n] = true
+		}
+	}
 	used := m.usedNames()
 	var out []Param
 	for k := range m.graph.Initializer {
 		name := m.graph.Initializer[k].Name
-		if !used[name] || !m.weightCandidate(name) {
+		if !used[name] || (chosen == nil && !m.weightCandidate(name)) || (chosen != nil && !chosen[name]) {
 			continue
 		}
 		sh := m.initShape[name]
 		dt := prec.constDT(prec.hostDT(sh.DType))
 		out = append(out, Param{Name: name, Shape: ir.MakeShape(dt, sh.Dimensions...)})
 	}
-	return out
+	return out, nil
 }
 
 // Weights returns the initializers the plan takes as graph parameters
@@ -201,7 +222,11 @@ func (m *Model) WeightValue(name string, opts SpecializeOptions) (*ir.Tensor, er
 	if err != nil {
 		return nil, err
 	}
-	return m.weightValue(name, prec, m.weightParams(prec))
+	ws, err := m.weightParams(prec, opts.Weights)
+	if err != nil {
+		return nil, err
+	}
+	return m.weightValue(name, prec, ws)
 }
 
 func (m *Model) weightValue(name string, prec precisionMode, weights []Param) (*ir.Tensor, error) {

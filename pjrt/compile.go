@@ -108,10 +108,15 @@ func (e *Engine) CompileProgram(ctx context.Context, prog *lower.Program) (*Exec
 	hook := e.hook
 	e.mu.RUnlock()
 	compile := func(ctx context.Context) (*Executable, error) { return e.compile(ctx, prog) }
-	if hook != nil {
-		return hook(ctx, prog, compile)
+	if hook == nil {
+		return compile(ctx)
 	}
-	return compile(ctx)
+	// A program another Executable holds is shared before any hook (a
+	// disk cache) loads a second copy of it (share.go).
+	if x := e.sharedExecutable(prog); x != nil {
+		return x, nil
+	}
+	return hook(ctx, prog, compile)
 }
 
 func (e *Engine) compile(ctx context.Context, prog *lower.Program) (*Executable, error) {
@@ -126,9 +131,23 @@ func (e *Engine) compile(ctx context.Context, prog *lower.Program) (*Executable,
 	if err != nil {
 		return nil, &errs.CompileError{Backend: e.name, Program: prog.Name, Err: err}
 	}
-	le, err := e.client.Compile(ctx, capi.MLIR(string(text)), opts)
+	build := func() (*capi.LoadedExecutable, error) {
+		le, err := e.client.Compile(ctx, capi.MLIR(string(text)), opts)
+		if err != nil {
+			return nil, compileError(e.name, prog.Name, err)
+		}
+		return le, nil
+	}
+	if key := shareKey(prog, opts, text); key != "" {
+		le, err := e.acquire(ctx, key, build)
+		if err != nil {
+			return nil, err
+		}
+		return &Executable{eng: e, prog: prog, opts: opts, le: le, shareKey: key}, nil
+	}
+	le, err := build()
 	if err != nil {
-		return nil, compileError(e.name, prog.Name, err)
+		return nil, err
 	}
 	return e.newExecutable(prog, le, opts)
 }
@@ -161,11 +180,22 @@ func (e *Engine) LoadExecutable(ctx context.Context, prog *lower.Program, serial
 	if err != nil {
 		return nil, &errs.CompileError{Backend: e.name, Program: prog.Name, Err: err}
 	}
-	le, err := e.client.DeserializeAndLoad(ctx, serialized, raw)
-	if err != nil {
-		return nil, wrap(e.name, "load executable", "", fmt.Sprintf("program %q", prog.Name), err)
+	build := func() (*capi.LoadedExecutable, error) {
+		le, err := e.client.DeserializeAndLoad(ctx, serialized, raw)
+		if err != nil {
+			return nil, wrap(e.name, "load executable", "", fmt.Sprintf("program %q", prog.Name), err)
+		}
+		return le, nil
 	}
-	return e.newExecutable(prog, le, opts)
+	le, err := build()
+	if err != nil {
+		return nil, err
+	}
+	x, err := e.newExecutable(prog, le, opts)
+	if err == nil {
+		e.adopt(x)
+	}
+	return x, err
 }
 
 // Executable is a compiled program of an Engine. It is safe for
@@ -177,6 +207,9 @@ type Executable struct {
 
 	mu sync.RWMutex
 	le *capi.LoadedExecutable // nil once finalized
+	// shareKey is set when le is shared with the engine's other
+	// Executables of the same portable program (share.go).
+	shareKey string
 
 	// order[k] is the position, in the program's device assignment, of the
 	// k-th device PJRT takes argument lists for.
@@ -278,7 +311,11 @@ func (x *Executable) Finalize() {
 	le := x.le
 	x.le = nil
 	x.mu.Unlock()
-	if le != nil && !x.eng.IsFinalized() {
+	switch {
+	case le == nil:
+	case x.shareKey != "":
+		x.eng.release(x.shareKey)
+	case !x.eng.IsFinalized():
 		_ = le.Destroy()
 	}
 }

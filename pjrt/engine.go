@@ -32,6 +32,9 @@ type Engine struct {
 	hook      CompileHook
 
 	tune tuning // compile-time choices from the driver config (compile.go)
+
+	shareMu sync.Mutex
+	shared  map[string]*sharedExec // portable executables by program (share.go)
 }
 
 var _ backends.Backend = (*Engine)(nil)

@@ -453,23 +453,12 @@ func planOne(ctx context.Context, m *onnx.Model, spec onnx.SpecializeOptions, sh
 			"(the nvidia-cuda-nvcc wheel's nvidia/cu13): set %s to the directory holding bin/ptxas: %w", top.kind, envCUDADir, err)
 	}
 	if err != nil {
-		msg := err.Error()
-		var mm []string
-		for _, re := range oomREs {
-			if mm = re.FindStringSubmatch(msg); mm != nil {
-				break
-			}
-		}
-		// The plugin's typed code decides; the message only gives the figures.
-		if errors.Is(err, capi.ErrResourceExhausted) {
+		// Classified by the PJRT error code (outOfMemory, train.go); the
+		// message is read only for the figures it gives.
+		if outOfMemory(err) {
 			r.Fits = false
 			r.Notes = append(r.Notes, "libtpu refused the program at compile time for lack of HBM; memory and cost figures other than the need it reported are unknown")
-			if mm != nil {
-				r.FitReason = fmt.Sprintf("does not fit: needs %s%s of %s%s per device (libtpu: %s)", mm[1], mm[2], mm[3], mm[4], strings.TrimPrefix(firstLine(msg), "pjrt: PJRT_Compile: "))
-				r.PerDevice.PeakBytes = int64(parseSize(mm[1], mm[2]))
-			} else {
-				r.FitReason = "does not fit: " + firstLine(msg)
-			}
+			r.FitReason, r.PerDevice.PeakBytes = oomReason(err)
 			finish(r, acc, o)
 			return r, nil
 		}

@@ -11,7 +11,8 @@ conversations in expected.json beside them:
            (checked equal to tokenizers' Tokenizer.encode(...).ids)
   decode:  transformers tokenizer.decode(ids, skip_special_tokens=True/False)
   chat:    transformers apply_chat_template(messages, tokenize=False,
-           add_generation_prompt=True/False), or "error" when it raises
+           add_generation_prompt=True/False) and its ids with tokenize=True,
+           or "error" when it raises
 
 Run in a throw-away virtual environment:
   python3 -m venv /tmp/tokvenv
@@ -28,7 +29,9 @@ case-folding oddities, combining marks). The third writes templates.json:
 chat templates in the styles of Qwen3, Llama 3.1, Gemma and Zephyr (written
 for these tests) rendered by transformers.
 
-The output is deterministic for a given library version (training is).
+The byte-level tokenizers train the same way each run; the SentencePiece-style
+trainer orders merges of equal count arbitrarily, so a rerun may give those
+families different (equally valid) files and references.
 """
 import json
 import os
@@ -124,6 +127,7 @@ TESTS = [
     "<s><s></s>",
     "<mask> masked <mask>",
     "say hello world now",
+    "testing in the inn <extra>",
     "hello worldwide",
     "[RS]   after rs",
     "tabs\tand\ttabs\t\t\t",
@@ -242,8 +246,8 @@ def train_sentencepiece_bpe(vocab_size):
     return vocab, merges
 
 
-def sp_tokenizer(vocab, merges, legacy=True, metaspace_split=False):
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True,
+def sp_tokenizer(vocab, merges, legacy=True, metaspace_split=False, byte_fallback=True):
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=byte_fallback,
                                fuse_unk=True))
     if legacy:
         tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
@@ -326,10 +330,31 @@ def build_families():
     fams["metaspace"] = dict(tok=tok, cls=PreTrainedTokenizerFast, template=GENERIC_TEMPLATE,
                              kw=dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>",
                                      clean_up_tokenization_spaces=True))
+    # No byte fallback: characters outside the vocabulary become <unk>, fused.
+    # Its config also declares special tokens tokenizer.json lacks ("in" is in
+    # the vocabulary, "<extra>" is not): transformers adds both as special.
+    fams["unk"] = dict(tok=sp_tokenizer(vocab, merges, legacy=True, byte_fallback=False),
+                       cls=PreTrainedTokenizerFast, template=MISTRAL_TEMPLATE, small=True,
+                       extra_config={"additional_special_tokens": ["in", "<extra>"]},
+                       kw=dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                               clean_up_tokenization_spaces=False))
+    # Subword markers: continuing_subword_prefix and end_of_word_suffix, the
+    # Whitespace pre-tokenizer, no decoder (tokens joined by spaces).
+    tok = Tokenizer(models.BPE(unk_token="[UNK]", continuing_subword_prefix="##", end_of_word_suffix="</w>"))
+    tok.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]", "[CLS]", "[SEP]"], show_progress=False,
+                                  continuing_subword_prefix="##", end_of_word_suffix="</w>", limit_alphabet=120)
+    tok.train_from_iterator(CORPUS * 3, trainer)
+    tok.post_processor = processors.BertProcessing(sep=("[SEP]", tok.token_to_id("[SEP]")),
+                                                   cls=("[CLS]", tok.token_to_id("[CLS]")))
+    fams["subword"] = dict(tok=tok, cls=PreTrainedTokenizerFast, template=GENERIC_TEMPLATE, small=True,
+                           kw=dict(unk_token="[UNK]", sep_token="[SEP]", cls_token="[CLS]",
+                                   eos_token="[SEP]", clean_up_tokenization_spaces=False))
     return fams
 
 
-def decode_cases(tok, hf, rng):
+def decode_cases(tok, hf, rng, n_random=150, n_low=50):
     """Id sequences for decode: partial byte tokens, byte-fallback runs, random ids."""
     cases = []
     vocab = tok.get_vocab()
@@ -361,10 +386,10 @@ def decode_cases(tok, hf, rng):
                 hello = hf.encode("hi", add_special_tokens=False)
                 cases.append(hello + ids + hello)
                 cases.append(ids + ids)
-    for _ in range(150):
+    for _ in range(n_random):
         cases.append([rng.randrange(size) for _ in range(rng.randrange(1, 16))])
     # Low ids (specials and bytes) are the interesting ones.
-    for _ in range(50):
+    for _ in range(n_low):
         cases.append([rng.randrange(min(size, 300)) for _ in range(rng.randrange(1, 12))])
     return cases
 
@@ -381,6 +406,12 @@ def main():
             p = os.path.join(d, extra)
             if os.path.exists(p):
                 os.remove(p)
+        if fam.get("extra_config"):
+            p = os.path.join(d, "tokenizer_config.json")
+            cfg = json.load(open(p, encoding="utf-8"))
+            cfg.update(fam["extra_config"])
+            with open(p, "w", encoding="utf-8") as f:
+                json.dump(cfg, f, ensure_ascii=False, indent=2)
         hf = AutoTokenizer.from_pretrained(d)
         raw = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
         enc = []
@@ -395,7 +426,10 @@ def main():
                 rec["with" if add else "without"] = ids
             enc.append(rec)
         dec = []
-        cases = [e["with"] for e in enc] + decode_cases(fam["tok"], hf, rng)
+        if fam.get("small"):
+            cases = [e["with"] for e in enc] + decode_cases(fam["tok"], hf, rng, 40, 20)
+        else:
+            cases = [e["with"] for e in enc] + decode_cases(fam["tok"], hf, rng)
         for ids in cases:
             dec.append({"ids": ids,
                         "skip": hf.decode(ids, skip_special_tokens=True),
@@ -406,6 +440,7 @@ def main():
                 rec = {"messages": conv, "add_generation_prompt": gen}
                 try:
                     rec["text"] = hf.apply_chat_template(conv, tokenize=False, add_generation_prompt=gen)
+                    rec["ids"] = hf.apply_chat_template(conv, tokenize=True, add_generation_prompt=gen)
                 except Exception as e:  # noqa: BLE001 - the template raised, as intended for some
                     rec["error"] = type(e).__name__ + ": " + str(e)
                 chat.append(rec)

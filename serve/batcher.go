@@ -290,7 +290,7 @@ func (m *model) runMerged(r *replica, batch []*pending) (outs [][]Tensor, err er
 		in[spec.Name] = x
 	}
 	start := time.Now()
-	res, err := r.m.Run(ctx, in)
+	res, err := runToEnd(ctx, r.m, in) // admission.go: holds the slot until the device is done
 	m.met.compute.Observe(time.Since(start).Seconds())
 	if err != nil {
 		return outs, err

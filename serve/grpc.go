@@ -8,6 +8,7 @@ import (
 	"time"
 
 	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/internal/oip"
@@ -64,16 +65,36 @@ func (g *grpcService) ModelMetadata(_ context.Context, r *pb.ModelMetadataReques
 
 // ModelInfer runs a request whose inputs are in raw_input_contents or in
 // each input's typed contents; outputs always return in
-// raw_output_contents (what tritonclient reads).
+// raw_output_contents (what tritonclient reads). The model is looked up
+// before anything is decoded; the message (already bounded by the server's
+// MaxRecvMsgSize) is reserved in the in-flight byte budget, with the
+// tensors decoded from typed contents.
 func (g *grpcService) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
-	req, err := decodeGRPCInfer(r)
+	start := time.Now()
+	s := g.s
+	m, err := s.lookup(r.GetModelName(), r.GetModelVersion())
 	if err != nil {
-		if m, lerr := g.s.lookup(r.GetModelName(), r.GetModelVersion()); lerr == nil {
-			m.met.requests.WithLabelValues("bad_request").Inc()
-		}
+		s.met.unknownModel.Inc()
 		return nil, grpcErr(err)
 	}
-	resp, err := g.s.Infer(ctx, r.GetModelName(), r.GetModelVersion(), req)
+	res := &reservation{b: s.budget}
+	defer res.done()
+	req, err := func() (*InferRequest, error) {
+		if err := res.grow(int64(proto.Size(r))); err != nil {
+			return nil, err
+		}
+		req, decoded, err := decodeGRPCInfer(r, specsOf(m))
+		if err != nil {
+			return nil, err
+		}
+		return req, res.grow(decoded)
+	}()
+	if err != nil {
+		m.met.requests.WithLabelValues(outcome(err)).Inc()
+		m.met.duration.Observe(time.Since(start).Seconds())
+		return nil, grpcErr(err)
+	}
+	resp, err := s.inferModel(ctx, m, req, start)
 	if err != nil {
 		return nil, grpcErr(err)
 	}
@@ -86,11 +107,16 @@ func (g *grpcService) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (
 	return out, nil
 }
 
-func decodeGRPCInfer(r *pb.ModelInferRequest) (*InferRequest, error) {
+// decodeGRPCInfer converts a gRPC request for the model whose inputs specs
+// describes, checking each declared input against specs and its element
+// count against the raw bytes or typed values sent before converting
+// anything. decoded is the bytes allocated for typed contents (raw
+// contents are used in place).
+func decodeGRPCInfer(r *pb.ModelInferRequest, specs *inputSpecs) (*InferRequest, int64, error) {
 	req := &InferRequest{ID: r.GetId()}
 	if p, ok := r.GetParameters()[oip.ParamTimeout]; ok {
 		us := p.GetInt64Param()
-		if us == 0 {
+		if us == 0 && p.GetUint64Param() <= math.MaxInt64 {
 			us = int64(p.GetUint64Param())
 		}
 		if us > 0 {
@@ -99,55 +125,61 @@ func decodeGRPCInfer(r *pb.ModelInferRequest) (*InferRequest, error) {
 	}
 	for _, o := range r.GetOutputs() {
 		if _, ok := o.GetParameters()[oip.ParamClassification]; ok {
-			return nil, &errs.InputError{Name: o.GetName(), Problem: "value",
+			return nil, 0, &errs.InputError{Name: o.GetName(), Problem: "value",
 				Expected: "no classification parameter (the classification extension is not supported)", Got: "classification"}
 		}
 		req.Outputs = append(req.Outputs, o.GetName())
 	}
 	raw := r.GetRawInputContents()
 	if len(raw) > 0 && len(raw) != len(r.GetInputs()) {
-		return nil, badRequest("raw_input_contents has %d entries for %d inputs", len(raw), len(r.GetInputs()))
+		return nil, 0, badRequest("raw_input_contents has %d entries for %d inputs", len(raw), len(r.GetInputs()))
 	}
 	if len(r.GetInputs()) == 0 {
-		return nil, badRequest("the request has no inputs")
+		return nil, 0, badRequest("the request has no inputs")
 	}
+	var decoded int64
 	for i, in := range r.GetInputs() {
-		dt, err := parseDatatype(in.GetName(), in.GetDatatype())
+		dt, shape, n, err := specs.check(in.GetName(), in.GetDatatype(), in.GetShape())
 		if err != nil {
-			return nil, err
-		}
-		shape, n, err := shapeInts(in.GetName(), in.GetShape())
-		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		t := Tensor{Name: in.GetName(), DType: dt, Shape: shape}
 		switch {
 		case len(raw) > 0:
 			if in.GetContents() != nil {
-				return nil, &errs.InputError{Name: in.GetName(), Problem: "value", Expected: "raw_input_contents or contents, not both", Got: "both"}
+				return nil, 0, &errs.InputError{Name: in.GetName(), Problem: "value", Expected: "raw_input_contents or contents, not both", Got: "both"}
+			}
+			if want := int64(n) * int64(dt.Size()); int64(len(raw[i])) != want {
+				return nil, 0, &errs.InputError{Name: in.GetName(), Problem: "value",
+					Expected: fmt.Sprintf("%d bytes (%d %s elements for shape %v)", want, n, in.GetDatatype(), in.GetShape()),
+					Got:      fmt.Sprintf("%d bytes", len(raw[i]))}
 			}
 			t.Data = raw[i]
 		case in.GetContents() != nil:
 			t.Data, err = fromContents(in.GetContents(), dt, n)
 			if err != nil {
-				return nil, &errs.InputError{Name: in.GetName(), Problem: "value", Expected: fmt.Sprintf("%d %s elements", n, in.GetDatatype()), Got: err.Error()}
+				return nil, 0, &errs.InputError{Name: in.GetName(), Problem: "value", Expected: fmt.Sprintf("%d %s elements", n, in.GetDatatype()), Got: err.Error()}
 			}
+			decoded += int64(cap(t.Data))
 		default:
-			return nil, &errs.InputError{Name: in.GetName(), Problem: "value", Expected: "raw_input_contents or contents", Got: "neither"}
+			return nil, 0, &errs.InputError{Name: in.GetName(), Problem: "value", Expected: "raw_input_contents or contents", Got: "neither"}
 		}
 		req.Inputs = append(req.Inputs, t)
 	}
-	return req, nil
+	return req, decoded, nil
 }
 
-// fromContents converts typed contents to element bytes.
+// fromContents converts typed contents to element bytes. The count of
+// values sent is checked against n before the output is allocated, so its
+// size follows what the message carries, not the declared shape.
 func fromContents(c *pb.InferTensorContents, dt ir.DType, n int) ([]byte, error) {
 	le := binary.LittleEndian
-	out := make([]byte, 0, n*dt.Size())
+	var out []byte
 	count := func(got int) error {
 		if got != n {
 			return fmt.Errorf("%d elements in contents, but the shape holds %d", got, n)
 		}
+		out = make([]byte, 0, n*dt.Size())
 		return nil
 	}
 	switch dt {

@@ -3,9 +3,7 @@ package serve
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -19,7 +17,8 @@ import (
 // Extensions are the protocol extensions the server reports.
 var Extensions = []string{"binary_tensor_data"}
 
-// Handler returns the REST API (every path under /v2) and /metrics.
+// Handler returns the REST API (every path under /v2) and /metrics, behind
+// the token check when Options.AuthTokenFile is set.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v2/health/live", func(w http.ResponseWriter, r *http.Request) {
@@ -36,12 +35,21 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("GET "+prefix, s.httpModelMetadata)
 		mux.HandleFunc("GET "+prefix+"/ready", s.httpModelReady)
 		mux.HandleFunc("POST "+prefix+"/infer", s.httpInfer)
+		mux.HandleFunc(prefix+"/infer", postOnly) // any other method: 405
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s (the API is under /v2)", r.Method, r.URL.Path))
 	})
-	return mux
+	return s.authHTTP(mux)
+}
+
+// postOnly answers a request to an inference path with a method other
+// than POST: 405 with Allow: POST (RFC 9110, section 15.5.6), not the 404
+// of an unknown path.
+func postOnly(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Allow", http.MethodPost)
+	writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: inference takes POST", r.Method, r.URL.Path))
 }
 
 func readyStatus(ready bool) int {
@@ -86,36 +94,67 @@ func (m *model) metadata() oip.ModelMetadata {
 // httpInfer decodes a JSON or binary-extension request, runs it and
 // answers in kind: an output is binary when the request asks for it
 // (binary_data on the output, or binary_data_output on the request).
+//
+// Hostile input is stopped as early as it can be: an unknown model is
+// answered before the body is read, a declared length over the limit
+// before a byte of it is read, and the body is read in chunks reserved in
+// the in-flight byte budget as they arrive. Each declared input is checked
+// against the model's spec, and its element count against the bytes sent,
+// before anything is allocated for it.
 func (s *Server) httpInfer(w http.ResponseWriter, r *http.Request) {
-	if ce := r.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
-		writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Encoding %q is not supported: send the body uncompressed", ce))
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxMessageBytes)))
+	start := time.Now()
+	m, err := s.lookup(r.PathValue("model"), r.PathValue("version"))
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over the limit of %d bytes", tooBig.Limit))
-			return
-		}
-		writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
-		return
-	}
-	modelName, version := r.PathValue("model"), r.PathValue("version")
-	req, wire, err := decodeHTTPInfer(body, r.Header.Get(oip.HeaderInferenceLength))
-	if err != nil {
-		if m, lerr := s.lookup(modelName, version); lerr == nil {
-			m.met.requests.WithLabelValues("bad_request").Inc()
-		}
+		s.met.unknownModel.Inc()
 		writeErr(w, err)
 		return
 	}
-	resp, err := s.Infer(r.Context(), modelName, version, req)
+	res := &reservation{b: s.budget}
+	defer res.done()
+	req, wire, err := s.readHTTPInfer(r, m, res)
+	if err != nil {
+		m.met.requests.WithLabelValues(outcome(err)).Inc()
+		m.met.duration.Observe(time.Since(start).Seconds())
+		writeErr(w, err)
+		return
+	}
+	resp, err := s.inferModel(r.Context(), m, req, start)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
 	writeHTTPInfer(w, resp, wire)
+}
+
+// readHTTPInfer reads and decodes the body of an infer request for m,
+// reserving its bytes (body, then decoded tensors) in res.
+func (s *Server) readHTTPInfer(r *http.Request, m *model, res *reservation) (*InferRequest, *wireRequest, error) {
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
+		return nil, nil, &UnsupportedMediaError{Encoding: ce}
+	}
+	limit := int64(s.opts.MaxMessageBytes)
+	if r.ContentLength > limit {
+		return nil, nil, &TooLargeError{Limit: limit, Got: r.ContentLength}
+	}
+	body, err := readBody(r.Body, limit, res)
+	if err != nil {
+		return nil, nil, err
+	}
+	req, wire, decoded, err := decodeHTTPInfer(body, r.Header.Get(oip.HeaderInferenceLength), specsOf(m))
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := res.grow(decoded); err != nil {
+		return nil, nil, err
+	}
+	return req, wire, nil
+}
+
+// UnsupportedMediaError says a body came compressed (415).
+type UnsupportedMediaError struct{ Encoding string }
+
+func (e *UnsupportedMediaError) Error() string {
+	return fmt.Sprintf("Content-Encoding %q is not supported: send the body uncompressed", e.Encoding)
 }
 
 // wireRequest is what the response needs from the request: which outputs
@@ -129,90 +168,99 @@ func badRequest(format string, a ...any) error {
 	return &errs.Error{Kind: errs.InvalidArgument, Op: "decode request", Err: fmt.Errorf(format, a...)}
 }
 
-// decodeHTTPInfer parses a REST infer body: JSON, or JSON followed by
-// binary tensors when headerLen (the Inference-Header-Content-Length
-// header) is set.
-func decodeHTTPInfer(body []byte, headerLen string) (*InferRequest, *wireRequest, error) {
+// decodeHTTPInfer parses a REST infer body for the model whose inputs
+// specs describes: JSON, or JSON followed by binary tensors when headerLen
+// (the Inference-Header-Content-Length header) is set. Every input's
+// declared name, datatype and shape is checked against specs, and its
+// element count against the bytes that carry it, before its elements are
+// decoded. decoded is the bytes allocated for elements decoded from JSON
+// (binary tensors are slices of body).
+func decodeHTTPInfer(body []byte, headerLen string, specs *inputSpecs) (req *InferRequest, wire *wireRequest, decoded int64, err error) {
 	jsonPart, rest := body, []byte(nil)
 	if headerLen != "" {
 		n, err := strconv.Atoi(headerLen)
 		if err != nil || n < 0 || n > len(body) {
-			return nil, nil, badRequest("header %s: %q is not a length within the %d-byte body", oip.HeaderInferenceLength, headerLen, len(body))
+			return nil, nil, 0, badRequest("header %s: %q is not a length within the %d-byte body", oip.HeaderInferenceLength, oip.Clip(headerLen), len(body))
 		}
 		jsonPart, rest = body[:n], body[n:]
+	}
+	if err := oip.CheckJSON(jsonPart, specs.jsonLimits()); err != nil {
+		return nil, nil, 0, badRequest("malformed JSON request: %v", err)
 	}
 	var jr oip.InferRequest
 	dec := json.NewDecoder(bytes.NewReader(jsonPart))
 	if err := dec.Decode(&jr); err != nil {
-		return nil, nil, badRequest("malformed JSON request: %v", err)
+		return nil, nil, 0, badRequest("malformed JSON request: %v", err)
 	}
 	if dec.More() {
-		return nil, nil, badRequest("malformed JSON request: data after the JSON object")
+		return nil, nil, 0, badRequest("malformed JSON request: data after the JSON object")
 	}
 	if len(jr.Inputs) == 0 {
-		return nil, nil, badRequest("the request has no inputs")
+		return nil, nil, 0, badRequest("the request has no inputs")
 	}
-	req := &InferRequest{ID: jr.ID}
+	req = &InferRequest{ID: jr.ID}
 	if us, ok, err := jr.Parameters.Int(oip.ParamTimeout); err != nil {
-		return nil, nil, badRequest("%v", err)
+		return nil, nil, 0, badRequest("%v", err)
 	} else if ok && us > 0 {
 		req.Timeout = time.Duration(us) * time.Microsecond
 	}
-	wire := &wireRequest{binary: map[string]bool{}}
+	wire = &wireRequest{binary: map[string]bool{}}
 	if b, ok, err := jr.Parameters.Bool(oip.ParamBinaryOutput); err != nil {
-		return nil, nil, badRequest("%v", err)
+		return nil, nil, 0, badRequest("%v", err)
 	} else if ok {
 		wire.binaryAll = b
 	}
 	for _, o := range jr.Outputs {
 		if _, ok := o.Parameters[oip.ParamClassification]; ok {
-			return nil, nil, &errs.InputError{Name: o.Name, Problem: "value",
+			return nil, nil, 0, &errs.InputError{Name: o.Name, Problem: "value",
 				Expected: "no classification parameter (the classification extension is not supported)", Got: "classification"}
 		}
 		req.Outputs = append(req.Outputs, o.Name)
 		if b, ok, err := o.Parameters.Bool(oip.ParamBinary); err != nil {
-			return nil, nil, badRequest("output %q: %v", o.Name, err)
+			return nil, nil, 0, badRequest("output %q: %v", o.Name, err)
 		} else if ok {
 			wire.binary[o.Name] = b
 		}
 	}
 	for _, in := range jr.Inputs {
-		dt, err := parseDatatype(in.Name, in.Datatype)
+		dt, shape, n, err := specs.check(in.Name, in.Datatype, in.Shape)
 		if err != nil {
-			return nil, nil, err
-		}
-		shape, n, err := shapeInts(in.Name, in.Shape)
-		if err != nil {
-			return nil, nil, err
+			return nil, nil, 0, err
 		}
 		t := Tensor{Name: in.Name, DType: dt, Shape: shape}
+		want := int64(n) * int64(dt.Size())
 		size, hasBinary, err := in.Parameters.Int(oip.ParamBinarySize)
 		if err != nil {
-			return nil, nil, &errs.InputError{Name: in.Name, Problem: "value", Expected: "an integer binary_data_size", Got: err.Error()}
+			return nil, nil, 0, &errs.InputError{Name: in.Name, Problem: "value", Expected: "an integer binary_data_size", Got: err.Error()}
 		}
 		switch {
 		case hasBinary && len(in.Data) > 0:
-			return nil, nil, &errs.InputError{Name: in.Name, Problem: "value", Expected: "data or binary_data_size, not both", Got: "both"}
+			return nil, nil, 0, &errs.InputError{Name: in.Name, Problem: "value", Expected: "data or binary_data_size, not both", Got: "both"}
 		case hasBinary:
-			if size < 0 || size > int64(len(rest)) {
-				return nil, nil, &errs.InputError{Name: in.Name, Problem: "value",
+			if size != want {
+				return nil, nil, 0, &errs.InputError{Name: in.Name, Problem: "value",
+					Expected: fmt.Sprintf("binary_data_size %d (%d %s elements for shape %v)", want, n, in.Datatype, in.Shape), Got: strconv.FormatInt(size, 10)}
+			}
+			if size > int64(len(rest)) {
+				return nil, nil, 0, &errs.InputError{Name: in.Name, Problem: "value",
 					Expected: fmt.Sprintf("binary_data_size within the %d binary bytes left", len(rest)), Got: strconv.FormatInt(size, 10)}
 			}
 			t.Data, rest = rest[:size:size], rest[size:]
 		case len(in.Data) == 0:
-			return nil, nil, &errs.InputError{Name: in.Name, Problem: "value", Expected: "data (JSON) or binary_data_size (binary)", Got: "neither"}
+			return nil, nil, 0, &errs.InputError{Name: in.Name, Problem: "value", Expected: "data (JSON) or binary_data_size (binary)", Got: "neither"}
 		default:
 			t.Data, err = oip.DecodeJSONData(in.Data, in.Datatype, n)
 			if err != nil {
-				return nil, nil, &errs.InputError{Name: in.Name, Problem: "value", Expected: fmt.Sprintf("%d %s elements", n, in.Datatype), Got: err.Error()}
+				return nil, nil, 0, &errs.InputError{Name: in.Name, Problem: "value", Expected: fmt.Sprintf("%d %s elements", n, in.Datatype), Got: err.Error()}
 			}
+			decoded += int64(cap(t.Data))
 		}
 		req.Inputs = append(req.Inputs, t)
 	}
 	if len(rest) > 0 {
-		return nil, nil, badRequest("%d bytes after the JSON header that no input's binary_data_size accounts for", len(rest))
+		return nil, nil, 0, badRequest("%d bytes after the JSON header that no input's binary_data_size accounts for", len(rest))
 	}
-	return req, wire, nil
+	return req, wire, decoded, nil
 }
 
 // writeHTTPInfer writes the JSON response, followed by the binary outputs
@@ -278,7 +326,14 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, oip.ErrorBody{Error: msg})
 }
 
+// writeErr answers err with its status; a 503 says when to retry.
 func writeErr(w http.ResponseWriter, err error) {
 	code, _ := status(err)
+	if code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", retryAfter(retryAfterSeconds(err)))
+	}
+	if code == http.StatusRequestEntityTooLarge {
+		w.Header().Set("Connection", "close") // the rest of the body is not read
+	}
 	writeError(w, code, err.Error())
 }

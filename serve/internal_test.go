@@ -132,30 +132,6 @@ func TestQueueNext(t *testing.T) {
 	}
 }
 
-// FuzzDecodeHTTPInfer: any body is either a request or an error; never a
-// panic, and every decoded input has exactly its shape's bytes.
-func FuzzDecodeHTTPInfer(f *testing.F) {
-	f.Add([]byte(`{"inputs":[{"name":"x","datatype":"FP32","shape":[1,2],"data":[1,2]}]}`), "")
-	f.Add([]byte(`{"inputs":[{"name":"x","datatype":"INT64","shape":[2],"parameters":{"binary_data_size":16}}]}0123456789abcdef`), "92")
-	f.Add([]byte(`{"inputs":[{"name":"x","datatype":"BOOL","shape":[2,1],"data":[[true],[false]]}]}`), "")
-	f.Add([]byte(`{"inputs":[{"name":"x","datatype":"FP16","shape":[1],"data":[1e9]}]}`), "")
-	f.Fuzz(func(t *testing.T, body []byte, headerLen string) {
-		req, _, err := decodeHTTPInfer(body, headerLen)
-		if err != nil {
-			return
-		}
-		for _, in := range req.Inputs {
-			n := 1
-			for _, d := range in.Shape {
-				n *= d
-			}
-			if len(in.Data) != n*in.DType.Size() {
-				t.Fatalf("input %s: %d bytes for shape %v of %s", in.Name, len(in.Data), in.Shape, in.DType)
-			}
-		}
-	})
-}
-
 // JSON data round-trips through the encoder and decoder for every
 // datatype, and values out of a type's range are refused.
 func TestJSONData(t *testing.T) {

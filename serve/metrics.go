@@ -57,7 +57,7 @@ var durationBuckets = prometheus.ExponentialBuckets(0.0005, 2, 16)
 func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 	m := &metrics{reg: reg,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricRequests,
-			Help: "Inference requests by model and outcome (success, bad_request, queue_full, timeout, canceled, unavailable, error)."},
+			Help: "Inference requests by model and outcome (success, bad_request, queue_full, overloaded, timeout, canceled, unavailable, error)."},
 			[]string{"model", "outcome"}),
 		unknownModel: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricUnknownModel,
 			Help: "Inference requests naming a model this server does not serve."}),
@@ -107,7 +107,7 @@ func (mt *metrics) forModel(m *model) *modelMetrics {
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: MetricBatchSize, ConstLabels: l,
 			Help: "Real rows per merged run; the buckets are the model's compiled batch sizes.", Buckets: sizes}),
 	}
-	for _, o := range []string{"success", "bad_request", "queue_full", "timeout", "canceled", "unavailable", "error"} {
+	for _, o := range []string{"success", "bad_request", "queue_full", "overloaded", "timeout", "canceled", "unavailable", "error"} {
 		mm.requests.WithLabelValues(o) // present at zero from the start
 	}
 	mt.reg.MustRegister(mm.batchSize,

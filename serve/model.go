@@ -37,6 +37,12 @@ type ModelConfig struct {
 	Timeout time.Duration
 	// Concurrency is how many runs each replica executes at once (default 1).
 	Concurrency int
+	// AllowCompile lets a request whose shapes warm-up did not compile run
+	// anyway, compiling on the request path. By default nothing compiles
+	// after ready: such a request is refused (400, naming the warmed
+	// shapes), and a model whose shapes warm-up cannot know (a symbolic
+	// dimension without configured sizes) fails to load.
+	AllowCompile bool
 }
 
 func (c ModelConfig) withDefaults() ModelConfig {
@@ -96,6 +102,10 @@ type model struct {
 	met        *modelMetrics
 	ready      atomic.Bool
 	log        *slog.Logger
+	// warm is, per symbolic input dimension, the sizes warm-up compiled
+	// (every combination of them is compiled); nil until warm-up, and nil
+	// after it when requests may compile (AllowCompile).
+	warm map[string][]int
 }
 
 // loadModel loads src once per device in devices.
@@ -110,13 +120,8 @@ func loadModel(ctx context.Context, b *tensorbridge.Backend, src ModelSource, de
 		m.replicas = append(m.replicas, &replica{m: tm, mesh: src.Mesh.String()})
 		devices = nil
 	}
-	for _, d := range devices {
-		tm, err := b.LoadModel(ctx, src.Path, tensorbridge.OnDevice(d))
-		if err != nil {
-			m.close()
-			return nil, fmt.Errorf("model %s on device %d: %w", src.Name, d, err)
-		}
-		m.replicas = append(m.replicas, &replica{m: tm, device: d})
+	if err := m.loadReplicas(ctx, b, src, devices, nil); err != nil {
+		return nil, err
 	}
 	first := m.replicas[0].m
 	m.inputs, m.outputs = first.Inputs(), first.Outputs()
@@ -125,7 +130,39 @@ func loadModel(ctx context.Context, b *tensorbridge.Backend, src ModelSource, de
 		return nil, &errs.Error{Kind: errs.InvalidArgument, Op: "serve", Err: fmt.Errorf("model %s (%s) has no inputs to serve", src.Name, src.Path)}
 	}
 	m.planBatching(first.BucketPlan())
+	dims, why := m.warmupDims()
+	if why != "" && !m.cfg.AllowCompile {
+		m.close()
+		return nil, &errs.Error{Kind: errs.InvalidArgument, Op: "serve",
+			Err: fmt.Errorf("model %s: warm-up cannot know every shape a request may bring (%s), and nothing compiles after ready unless --allow-compile is given", src.Name, why)}
+	}
+	// The compiled-shape cache must hold the whole warm-up set, or serving
+	// would evict and recompile warmed shapes on the request path.
+	if len(dims) > defaultMaxCompiled && len(devices) > 0 {
+		m.close()
+		m.replicas = nil
+		if err := m.loadReplicas(ctx, b, src, devices, []tensorbridge.ModelOption{tensorbridge.WithMaxCompiled(len(dims))}); err != nil {
+			return nil, err
+		}
+	}
 	return m, nil
+}
+
+// defaultMaxCompiled is tensorbridge's default bound on compiled
+// specialisations per model (WithMaxCompiled).
+const defaultMaxCompiled = 16
+
+// loadReplicas loads src on each device, with opts.
+func (m *model) loadReplicas(ctx context.Context, b *tensorbridge.Backend, src ModelSource, devices []int, opts []tensorbridge.ModelOption) error {
+	for _, d := range devices {
+		tm, err := b.LoadModel(ctx, src.Path, append([]tensorbridge.ModelOption{tensorbridge.OnDevice(d)}, opts...)...)
+		if err != nil {
+			m.close()
+			return fmt.Errorf("model %s on device %d: %w", src.Name, d, err)
+		}
+		m.replicas = append(m.replicas, &replica{m: tm, device: d})
+	}
+	return nil
 }
 
 // planBatching decides whether and along which dimension requests merge,
@@ -219,31 +256,21 @@ func (m *model) planBatching(plan []tensorbridge.DimPlan) {
 }
 
 // warmupDims lists the assignments of symbolic dimensions that warm-up
-// compiles: each batch size with each configured size of every other
-// symbolic dimension. ok is false (with the reason) when a symbolic
-// dimension has no configured sizes, so warm-up cannot know its values.
+// compiles: every size a run can have along each symbolic dimension,
+// combined. Along the batch dimension those are the buckets merged batches
+// are padded to; when requests are not merged, the sizes the runtime runs
+// 1..max-batch rows at (each row count itself where the runtime does not
+// pad); along any other dimension, its configured sizes. why is non-empty
+// when a symbolic dimension has no configured sizes (or the model's inputs
+// set shapes from their values), so warm-up cannot know its values.
 func (m *model) warmupDims() (dims []map[string]int, why string) {
-	var names []string
-	seen := map[string]bool{}
-	for _, s := range m.inputs {
-		for _, d := range s.Dims {
-			if d.Param != "" && !seen[d.Param] {
-				seen[d.Param] = true
-				names = append(names, d.Param)
-			}
-		}
+	values, names, why := m.warmValues()
+	if why != "" {
+		return nil, why
 	}
 	dims = []map[string]int{{}}
 	for _, name := range names {
-		var values []int
-		switch {
-		case name == m.batchDim:
-			values = m.sizes
-		case len(m.buckets.Sizes[name]) > 0:
-			values = m.buckets.Sizes[name]
-		default:
-			return nil, fmt.Sprintf("dimension %q has no configured sizes (set --buckets %s=...)", name, name)
-		}
+		values := values[name]
 		var next []map[string]int
 		for _, base := range dims {
 			for _, v := range values {
@@ -259,12 +286,132 @@ func (m *model) warmupDims() (dims []map[string]int, why string) {
 	return dims, ""
 }
 
+// warmValues is, per symbolic input dimension (names in order of first
+// appearance), the sizes runs can have along it; see warmupDims.
+func (m *model) warmValues() (values map[string][]int, names []string, why string) {
+	if len(m.replicas) > 0 {
+		if v := m.replicas[0].m.ONNX().ValueInputs(); len(v) > 0 {
+			return nil, nil, fmt.Sprintf("inputs %v set shapes from their values", v)
+		}
+	}
+	values = map[string][]int{}
+	for k, s := range m.inputs {
+		for axis, d := range s.Dims {
+			name := d.Param
+			if name == "" || values[name] != nil {
+				continue
+			}
+			switch {
+			case name == m.batchDim:
+				values[name] = m.sizes
+			case len(m.buckets.Sizes[name]) > 0:
+				values[name] = m.buckets.Sizes[name]
+			case axis == 0 && k == 0 && m.batchDim == "":
+				values[name] = m.aloneSizes(name)
+			default:
+				return nil, nil, fmt.Sprintf("dimension %q has no configured sizes (set --buckets %s=...)", name, name)
+			}
+			names = append(names, name)
+		}
+	}
+	return values, names, ""
+}
+
+// aloneSizes are the sizes the runtime runs 1..max-batch rows at along the
+// leading dimension of a model whose requests are not merged: each row
+// count itself where the runtime does not pad it, else its buckets.
+func (m *model) aloneSizes(dim string) []int {
+	limit := m.cfg.MaxBatch
+	if c := m.buckets.Sizes[dim]; limit <= 0 && len(c) > 0 {
+		limit = c[len(c)-1]
+	}
+	if limit <= 0 {
+		limit = 32
+	}
+	bucketSize := m.buckets.Bucket
+	if len(m.replicas) > 0 {
+		bucketSize = m.replicas[0].m.BucketSize
+	}
+	var out []int
+	for n := 1; n <= limit; n++ {
+		if s, err := bucketSize(dim, n); err == nil && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+// admit refuses, before it is queued, a request whose run would need a
+// shape warm-up did not compile (unless AllowCompile): each symbolic
+// dimension, after the runtime's bucketing, must be a warmed size. A batch
+// of up to max-batch rows always is: the batcher forms only warmed sizes.
+// sym holds the request's symbolic dimensions.
+func (m *model) admit(sym map[string]int) error {
+	if m.warm == nil {
+		return nil
+	}
+	r := m.replicas[0].m
+	for k, spec := range m.inputs {
+		for _, d := range spec.Dims {
+			v, ok := sym[d.Param]
+			if d.Param == "" || !ok {
+				continue
+			}
+			if d.Param == m.batchDim && v >= 1 && v <= m.maxBatch {
+				continue
+			}
+			if d.Param == m.batchDim && v == 0 {
+				continue // an empty request is the exactness rules' to answer
+			}
+			b, err := r.BucketSize(d.Param, v)
+			if err == nil && slices.Contains(m.warm[d.Param], b) {
+				continue
+			}
+			got := fmt.Sprintf("%s = %d", d.Param, v)
+			if err == nil && b != v {
+				got += fmt.Sprintf(" (bucket %d)", b)
+			}
+			return &errs.InputError{Name: m.inputs[k].Name, Problem: "shape",
+				Expected: "a shape warmed up at startup (" + m.warmString() + "; serve with --allow-compile to compile others on demand)",
+				Got:      got}
+		}
+	}
+	return nil
+}
+
+// warmString names the warmed sizes: "batch in [1 2 4 8], sequence in [16]".
+func (m *model) warmString() string {
+	_, names, _ := m.warmValues()
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s in %v", n, m.warm[n]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// CompileMisses is how many specialisations model name's replicas have
+// compiled since loading (tensorbridge.Model.CompileStats' misses, summed):
+// after ready it stays put unless --allow-compile lets a request compile.
+func (s *Server) CompileMisses(name string) (int64, bool) {
+	m, ok := s.models[name]
+	if !ok {
+		return 0, false
+	}
+	var n int64
+	for _, r := range m.replicas {
+		n += int64(r.m.CompileStats().Misses)
+	}
+	return n, true
+}
+
 // warmup compiles every configured shape on every replica; the model is
 // ready afterwards, also when warm-up could not know the shapes (logged).
 func (m *model) warmup(ctx context.Context) error {
 	dims, why := m.warmupDims()
 	if why != "" {
-		m.log.Warn("warm-up skipped; the first requests of each shape compile", "reason", why)
+		// Only with AllowCompile (loadModel refuses the model otherwise).
+		m.log.Warn("warm-up skipped; the first requests of each shape compile (--allow-compile)", "reason", why)
 		m.ready.Store(true)
 		return nil
 	}
@@ -287,6 +434,9 @@ func (m *model) warmup(ctx context.Context) error {
 	}
 	m.log.Info("warm", "shapes", len(dims), "replicas", len(m.replicas), "compiled", total,
 		"took", time.Since(start).Round(time.Millisecond).String())
+	if !m.cfg.AllowCompile {
+		m.warm, _, _ = m.warmValues()
+	}
 	m.ready.Store(true)
 	return nil
 }

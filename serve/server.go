@@ -24,6 +24,7 @@ package serve
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,8 +41,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/tensorbridge/tensorbridge"
 	"github.com/tensorbridge/tensorbridge/errs"
@@ -65,8 +68,30 @@ type Options struct {
 	// DrainTimeout bounds how long Run waits for accepted requests after
 	// its context ends (default 30s).
 	DrainTimeout time.Duration
-	// MaxMessageBytes bounds a request body, REST or gRPC (default 512 MiB).
+	// MaxMessageBytes bounds a request body, REST or gRPC: a larger REST
+	// body is answered 413 (a declared Content-Length over it before any
+	// of the body is read), a larger gRPC message ResourceExhausted
+	// (default 512 MiB).
 	MaxMessageBytes int
+	// MaxInflightBytes bounds the bytes all requests hold at once: bodies
+	// as they are read and the tensors decoded from them. A request that
+	// does not fit is answered 503 with Retry-After (default 2 GiB, and at
+	// least MaxMessageBytes).
+	MaxInflightBytes int64
+	// Limits holds the connection limits and timeouts (zero values take
+	// the documented defaults).
+	Limits Limits
+	// TLS, when set, serves HTTPS and gRPC over TLS with it (mutual TLS
+	// when it requires client certificates); TLSConfig builds one.
+	TLS *tls.Config
+	// AuthTokenFile, when set, requires "Authorization: Bearer <token>"
+	// (gRPC metadata "authorization") on inference, metadata and metrics,
+	// the token being the file's content with surrounding whitespace
+	// trimmed, read again when the file changes. Health and readiness
+	// stay open for probes.
+	AuthTokenFile string
+	// MetricsPublic leaves /metrics open when AuthTokenFile is set.
+	MetricsPublic bool
 	// Logger receives the server's structured logs (default slog.Default()).
 	Logger *slog.Logger
 	// Name and Version are what server metadata reports.
@@ -77,14 +102,23 @@ type Options struct {
 // Run (or mount Handler and RegisterGRPC yourself and call Warmup), and
 // release it with Close.
 type Server struct {
-	opts     Options
-	backend  *tensorbridge.Backend
-	models   map[string]*model
-	order    []string
-	log      *slog.Logger
-	reg      *prometheus.Registry
-	met      *metrics
-	health   *health.Server
+	opts    Options
+	backend *tensorbridge.Backend
+	models  map[string]*model
+	order   []string
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	met     *metrics
+	health  *health.Server
+	budget  *byteBudget
+	auth    *tokenFile // nil: no authentication
+	conns   *connLimit
+	est     map[*model]*runEstimate
+	authLog struct {
+		sync.Mutex
+		last    time.Time
+		refused int
+	}
 	ready    atomic.Bool
 	draining atomic.Bool
 	stop     chan struct{}
@@ -106,6 +140,16 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if opts.MaxMessageBytes <= 0 {
 		opts.MaxMessageBytes = 512 << 20
+	}
+	if opts.MaxInflightBytes <= 0 {
+		opts.MaxInflightBytes = max(2<<30, int64(opts.MaxMessageBytes))
+	}
+	if opts.MaxInflightBytes < int64(opts.MaxMessageBytes) {
+		return nil, &errs.Error{Kind: errs.InvalidArgument, Op: "serve",
+			Err: fmt.Errorf("the in-flight byte budget (%d) is below the largest request (%d): such a request could never run", opts.MaxInflightBytes, opts.MaxMessageBytes)}
+	}
+	if err := opts.Limits.validate(); err != nil {
+		return nil, err
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -130,7 +174,17 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		devices[i] = i
 	}
 	s := &Server{opts: opts, backend: opts.Backend, models: map[string]*model{}, log: opts.Logger,
-		reg: prometheus.NewRegistry(), health: health.NewServer(), stop: make(chan struct{})}
+		reg: prometheus.NewRegistry(), health: health.NewServer(), stop: make(chan struct{}),
+		budget: &byteBudget{max: opts.MaxInflightBytes}, est: map[*model]*runEstimate{}}
+	if opts.AuthTokenFile != "" {
+		tf, err := newTokenFile(opts.AuthTokenFile, opts.Logger)
+		if err != nil {
+			return nil, err
+		}
+		s.auth = tf
+	}
+	s.opts.Limits = s.opts.Limits.withDefaults(opts.Models)
+	s.conns = newConnLimit(s.opts.Limits.MaxConnections)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.met = newMetrics(s.reg, s)
 	for _, src := range opts.Models {
@@ -149,6 +203,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		}
 		m.met = s.met.forModel(m)
 		m.q = newQueue(m.cfg.MaxQueueSize, func(n int) { m.met.depth.Set(float64(n)) })
+		s.est[m] = &runEstimate{}
 		s.models[m.name] = m
 		s.order = append(s.order, m.name)
 		s.health.SetServingStatus(m.name, healthpb.HealthCheckResponse_NOT_SERVING)
@@ -188,11 +243,23 @@ func (s *Server) Models() []string { return slices.Clone(s.order) }
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
 // NewGRPCServer returns a gRPC server with the inference and health
-// services registered and the message size limits raised to
-// MaxMessageBytes (grpc-go's default receive limit is 4 MiB).
+// services registered, the message size limits at MaxMessageBytes
+// (grpc-go's default receive limit is 4 MiB), the stream, keepalive and
+// handshake limits of Options.Limits, TLS when Options.TLS is set and the
+// token check when AuthTokenFile is. opts come after these and override
+// them.
 func (s *Server) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
-	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(s.opts.MaxMessageBytes), grpc.MaxSendMsgSize(s.opts.MaxMessageBytes)}, opts...)
-	gs := grpc.NewServer(opts...)
+	lim := s.opts.Limits
+	base := []grpc.ServerOption{grpc.MaxRecvMsgSize(s.opts.MaxMessageBytes), grpc.MaxSendMsgSize(s.opts.MaxMessageBytes),
+		grpc.MaxConcurrentStreams(uint32(lim.GRPCMaxStreams)),
+		grpc.ConnectionTimeout(lim.ReadHeaderTimeout),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: lim.GRPCMinPingInterval, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: lim.IdleTimeout}),
+		grpc.ChainUnaryInterceptor(s.grpcAuthUnary), grpc.ChainStreamInterceptor(s.grpcAuthStream)}
+	if s.opts.TLS != nil {
+		base = append(base, grpc.Creds(credentials.NewTLS(s.opts.TLS)))
+	}
+	gs := grpc.NewServer(append(base, opts...)...)
 	s.RegisterGRPC(gs)
 	return gs
 }
@@ -216,23 +283,31 @@ func (s *Server) Run(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	errc := make(chan error, 3)
 	var hs *http.Server
 	if httpLn != nil {
-		hs = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second}
+		hs = s.NewHTTPServer()
+		ln := s.conns.wrap(httpLn)
 		go func() {
-			if err := hs.Serve(httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			var err error
+			if hs.TLSConfig != nil {
+				err = hs.ServeTLS(ln, "", "")
+			} else {
+				err = hs.Serve(ln)
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("http: %w", err)
 			}
 		}()
-		s.log.Info("listening", "protocol", "http", "addr", httpLn.Addr().String())
+		s.log.Info("listening", "protocol", "http", "addr", httpLn.Addr().String(), "tls", s.opts.TLS != nil, "auth", s.auth != nil)
 	}
 	var gs *grpc.Server
 	if grpcLn != nil {
 		gs = s.NewGRPCServer()
+		grpcLn := s.conns.wrap(grpcLn)
 		go func() {
 			if err := gs.Serve(grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 				errc <- fmt.Errorf("grpc: %w", err)
 			}
 		}()
-		s.log.Info("listening", "protocol", "grpc", "addr", grpcLn.Addr().String())
+		s.log.Info("listening", "protocol", "grpc", "addr", grpcLn.Addr().String(), "tls", s.opts.TLS != nil, "auth", s.auth != nil)
 	}
 	warmCtx, cancelWarm := context.WithCancel(ctx)
 	defer cancelWarm()
@@ -382,6 +457,12 @@ func (s *Server) Infer(ctx context.Context, modelName, version string, req *Infe
 		s.met.unknownModel.Inc()
 		return nil, err
 	}
+	return s.inferModel(ctx, m, req, start)
+}
+
+// inferModel is Infer once the model is known; start is the request's
+// arrival.
+func (s *Server) inferModel(ctx context.Context, m *model, req *InferRequest, start time.Time) (*InferResponse, error) {
 	resp, err := s.infer(ctx, m, req, start)
 	m.met.requests.WithLabelValues(outcome(err)).Inc()
 	m.met.duration.Observe(time.Since(start).Seconds())
@@ -401,16 +482,20 @@ func (s *Server) infer(ctx context.Context, m *model, req *InferRequest, start t
 	if err != nil {
 		return nil, err
 	}
-	p, err := m.prepare(req.Inputs)
-	if err != nil {
-		return nil, err
-	}
 	timeout := m.cfg.Timeout
 	if req.Timeout > 0 && req.Timeout < timeout {
 		timeout = req.Timeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	est := s.est[m]
+	if err := s.admit(m, ctx, est); err != nil {
+		return nil, err
+	}
+	p, err := m.prepare(req.Inputs)
+	if err != nil {
+		return nil, err
+	}
 	p.ctx, p.enq, p.done = ctx, start, make(chan result, 1)
 	if !m.q.push(p) {
 		return nil, &QueueFullError{Model: m.name, Size: m.cfg.MaxQueueSize}
@@ -418,6 +503,9 @@ func (s *Server) infer(ctx context.Context, m *model, req *InferRequest, start t
 	var res result
 	select {
 	case res = <-p.done:
+		if res.err == nil {
+			est.observe(time.Since(p.enq) - res.queued)
+		}
 	case <-ctx.Done():
 		// The batcher drops the request if it is still queued; a run
 		// already under way finishes for the others and its answer here
@@ -526,6 +614,9 @@ func (m *model) prepare(inputs []Tensor) (*pending, error) {
 		}
 		p.inputs[k] = t
 	}
+	if err := m.admit(sym); err != nil { // nothing compiles after ready (model.go)
+		return nil, err
+	}
 	if m.batchDim != "" {
 		p.rows = sym[m.batchDim]
 		p.key = mergeKey(p.inputs)
@@ -558,10 +649,21 @@ func status(err error) (int, codes.Code) {
 	var qf *QueueFullError
 	var te *TimeoutError
 	var ie *errs.InputError
+	var tl *TooLargeError
+	var um *UnsupportedMediaError
+	var ob *OverBudgetError
+	var ol *OverloadError
+	var ua *UnauthenticatedError
 	switch {
 	case err == nil:
 		return http.StatusOK, codes.OK
-	case errors.As(err, &qf), errors.As(err, &te):
+	case errors.As(err, &ua):
+		return http.StatusUnauthorized, codes.Unauthenticated
+	case errors.As(err, &tl):
+		return http.StatusRequestEntityTooLarge, codes.ResourceExhausted
+	case errors.As(err, &um):
+		return http.StatusUnsupportedMediaType, codes.InvalidArgument
+	case errors.As(err, &qf), errors.As(err, &te), errors.As(err, &ob), errors.As(err, &ol):
 		return http.StatusServiceUnavailable, codes.Unavailable
 	case errors.As(err, &ie):
 		return http.StatusBadRequest, codes.InvalidArgument
@@ -595,8 +697,13 @@ func outcome(err error) string {
 	case errors.Is(err, context.Canceled):
 		return "canceled"
 	}
+	var ob *OverBudgetError
+	var ol *OverloadError
+	if errors.As(err, &ob) || errors.As(err, &ol) {
+		return "overloaded" // refused at admission: the byte budget, or a deadline the queue ahead would miss
+	}
 	switch code, _ := status(err); code {
-	case http.StatusBadRequest, http.StatusNotFound:
+	case http.StatusBadRequest, http.StatusNotFound, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
 		return "bad_request"
 	case http.StatusServiceUnavailable:
 		return "unavailable"

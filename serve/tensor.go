@@ -48,7 +48,7 @@ func parseDatatype(input, name string) (ir.DType, error) {
 			Expected: "a numeric or BOOL datatype (no model input here takes strings)", Got: "BYTES"}
 	}
 	return ir.InvalidDType, &errs.InputError{Name: input, Problem: "dtype",
-		Expected: "one of BOOL, UINT8..UINT64, INT8..INT64, FP16, BF16, FP32, FP64", Got: fmt.Sprintf("%q", name)}
+		Expected: "one of BOOL, UINT8..UINT64, INT8..INT64, FP16, BF16, FP32, FP64", Got: fmt.Sprintf("%q", oip.Clip(name))}
 }
 
 // shapeInts converts a wire shape, checking each dimension.

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,7 +29,7 @@ func init() {
 	register(command{name: "bench", summary: "benchmark an ONNX model: first-call split, latency percentiles, throughput, FLOP/s, precision cost", run: runBench})
 }
 
-const benchSynopsis = "MODEL [--backend B] [--batch 1,8] [--seq N] [--dim NAME=N] [--iters K | --duration D] [--warmup W] [--threads T] [--precision P [--mixed=false]] [--int-range LO:HI] [--seed S] [--save-io DIR] [--cpuprofile FILE] [--restart] [--json]"
+const benchSynopsis = "MODEL [--backend B] [--batch 1,8] [--seq N] [--dim NAME=N] [--iters K | --duration D] [--warmup W] [--threads T] [--precision P [--mixed-precision false]] [--int-range LO:HI] [--seed S] [--save-io DIR] [--cpuprofile FILE] [--restart] [--json]"
 
 // benchConfig is the parsed command line of `tensorbridge bench`.
 type benchConfig struct {
@@ -101,7 +102,15 @@ func parseBench(args []string, stderr io.Writer) (*benchConfig, error) {
 	fs.StringVar(&c.precision, "precision", "float32", "compute precision: float32, bfloat16, float16 or auto (the backend's setting)")
 	addMeshFlags(fs, &c.mesh)
 	fs.StringVar(&c.weights, "weights-on-device", "", "true: weights are device buffers shared by every compiled shape; false: compiled in as constants (default: true on tpu, cuda, rocm; false on cpu, xla-cpu)")
-	fs.BoolVar(&c.mixed, "mixed", true, "with a 16-bit --precision, keep weights and accumulations in float32 (mixed precision); --mixed=false computes everything in 16 bits")
+	fs.Func("mixed-precision", "true or false: with a 16-bit --precision, keep weights and accumulations in float32 (default true), as run, warmup and serve take it", func(v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", v)
+		}
+		c.mixed = b
+		return nil
+	})
+	fs.BoolVar(&c.mixed, "mixed", true, "alias of --mixed-precision: --mixed=false computes everything in 16 bits")
 	rng := fs.String("int-range", "", "integer inputs drawn from [LO, HI), as LO:HI (default: the embedding table size when an input indexes one, else 0:100)")
 	seed := fs.Uint64("seed", 1, "seed of the generated inputs")
 	fs.StringVar(&c.saveIO, "save-io", "", "write each batch size's inputs and first outputs as .npy files into DIR (for scripts/bench-ort.py)")
@@ -319,6 +328,7 @@ func bench(ctx context.Context, c *benchConfig, stderr io.Writer) (*benchReport,
 	if err != nil {
 		return nil, err
 	}
+	printCPUHint(os.Stderr, b.Selection()) // cpuhint.go
 	if c.settings.printConfig {
 		fmt.Fprintf(os.Stderr, "backend %s\n%s", b.Name(), b.Settings())
 	}

@@ -110,7 +110,7 @@ func runDoctorCluster(ctx context.Context, cf clusterFlags, df discoveryFlags, a
 		ProcessIndex: cfg.ProcessIndex, ProcessCount: cfg.ProcessCount, Coordinator: cfg.Coordinator,
 		SliceID: cfg.SliceID, NumSlices: cfg.NumSlices, SliceError: cfg.SliceError, Timeout: cfg.Timeout,
 		Hosts: c.Processes(), JoinedMs: time.Since(start).Milliseconds(),
-		Mesh: "a named mesh (data, model axes) comes with the sharding work (issue 9); shown here is the device grid",
+		Mesh: "the device grid below; a named mesh (data, model axes) over it is chosen per run with --mesh (run, bench, serve), e.g. --mesh data=2,model=4",
 	}
 	if cfg.Slice != nil {
 		v.Slice = cfg.Slice

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 
 	"github.com/tensorbridge/tensorbridge/k8s"
 )
@@ -17,7 +19,7 @@ func runK8s(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usageErr("want `k8s jobset` or `k8s deployment`; see tensorbridge k8s jobset -h")
 	}
 	kind := args[0]
-	synopsis := "--slice v5e-16 [--slices N] --image IMG --name NAME [--namespace NS] [--cluster-timeout D] [--token-secret S] [--max-restarts N] [--host-network] -- ARGS..."
+	synopsis := "--slice v5e-16 [--slices N] --image IMG --name NAME [--namespace NS] [--cluster-timeout D] [--token-secret S] [--max-restarts N] [--host-network] [--pvc CLAIM:/path] -- ARGS..."
 	if kind == "deployment" {
 		synopsis = "(--slice v5e-4 | --gpus N [--gpu-type T]) [--replicas R] --image IMG --name NAME [--namespace NS] -- ARGS..."
 	}
@@ -33,6 +35,14 @@ func runK8s(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fs.StringVar(&o.TokenSecret, "token-secret", "", "Secret holding the job's cluster token under the key \"token\", mounted read-only (default NAME-cluster-token; create it with: kubectl create secret generic NAME-cluster-token --from-literal=token=\"$(openssl rand -hex 32)\")")
 		fs.IntVar(&o.MaxRestarts, "max-restarts", 3, "failurePolicy.maxRestarts: how many times the JobSet is recreated after a worker fails")
 		fs.BoolVar(&o.HostNetwork, "host-network", false, "run the pods on their nodes' network (multislice traffic); the coordinator still listens on the pod IP only")
+		fs.Func("pvc", "mount PersistentVolumeClaim CLAIM read-write at /path in every pod (shared storage for train --checkpoint-dir, so a recreated pod resumes)", func(v string) error {
+			claim, path, ok := strings.Cut(v, ":")
+			if !ok {
+				return fmt.Errorf("%q: want CLAIM:/path", v)
+			}
+			o.PVC, o.PVCPath = claim, path
+			return nil
+		})
 	} else {
 		fs.IntVar(&o.Replicas, "replicas", 1, "number of serving replicas")
 		fs.IntVar(&o.GPUs, "gpus", 0, "NVIDIA GPUs per replica (instead of --slice)")

@@ -4,6 +4,8 @@
 //	tensorbridge devices [--json]     hardware found, per device, with problems
 //	tensorbridge doctor [--json]      what is missing and the exact fix
 //	tensorbridge version [--json]     build and dependency versions
+//	tensorbridge train MODEL --data DIR --steps N --batch B --loss SPEC
+//	                                  fine-tune a model's weights, checkpoints, resume
 //
 // Every command that opens a backend takes --backend NAME (or the
 // TENSORBRIDGE_BACKEND environment variable); the default is auto.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 
@@ -19,7 +20,9 @@ func init() {
 }
 
 func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("plan", stderr, "MODEL|--generate PRESET --slice TYPE [--strategy auto|dp|tp|tp=N|dp=N,tp=M] [--dim NAME=N ...] [--precision bfloat16|float32] [--price USD] [--json]")
+	fs := newFlags("plan", stderr, "MODEL|--generate PRESET --slice TYPE [--strategy auto|dp|tp|tp=N|dp=N,tp=M] [--dim NAME=N ...] [--precision bfloat16|float32] [--price USD] [--json]\n"+
+		"       tensorbridge plan MODEL|--generate PRESET --slice TYPE --train --batch B [--optimizer adamw|adam|sgd] [--loss SPEC] [--strategy auto|dp|tp|fsdp] [--dim ...] [--precision ...] [--json]\n"+
+		"       tensorbridge plan CHECKPOINT_DIR|--generate PRESET --slice TYPE --llm --context N [--batch N] [--prompt N] [--strategy auto|tp=M|dp=D,tp=M] [--precision ...] [--kv-dtype ...] [--memory-fraction F] [--json]")
 	slice := fs.String("slice", "", "Cloud TPU accelerator type: v5e-8 (= v5litepod-8), v5p-8, v6e-4, v4-8, tpu7x-8, ...")
 	strategy := fs.String("strategy", "auto", "auto (try each, keep the cheapest that fits), dp, tp, tp=N, dp=N,tp=M")
 	var dims inputFlags
@@ -31,11 +34,23 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Var(&rules, "shard", "per-weight override PATTERN=DIM (regexp on the initializer name; DIM split over the model axis, or r to replicate); repeatable")
 	embedHidden := fs.Bool("embed-hidden", false, "split embeddings over the hidden dimension instead of the vocabulary")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	tf := addTrainPlanFlags(fs)
+	gf := addGenPlanFlags(fs) // plangen.go
 	if err := parse(fs, reorder(fs, args)); err != nil {
 		return err
 	}
 	if *slice == "" {
 		return usageErr("--slice is required, e.g. --slice v5e-8")
+	}
+	if *price < 0 || math.IsNaN(*price) || math.IsInf(*price, 0) {
+		return usageErr("--price %v: want a positive price in USD per chip-hour (or leave it out for the price table)", *price)
+	}
+	if *gf.llm {
+		return runGenPlan(fs, gf, *gen, plan.GenerateOptions{Slice: *slice, Strategy: *strategy, Batch: *tf.batch,
+			Precision: *precision, PricePerChipHour: *price}, *asJSON, stdout)
+	}
+	if err := gf.unused(fs); err != nil {
+		return err
 	}
 	var m *onnx.Model
 	var name string
@@ -56,6 +71,9 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		name = fmt.Sprintf("%s (generated, %.3g parameters)", c.Name, float64(c.Params()))
 		d["batch"], d["sequence"] = 1, 2048 // defaults for generated models; --dim overrides
+		if *tf.train && c.Encoder {
+			return usageErr("--train plans a decoder's next-token loss; %s is an encoder", c.Name)
+		}
 	case *gen == "" && fs.NArg() == 1:
 		name = fs.Arg(0)
 		if m, err = onnx.LoadWith(fs.Arg(0), onnx.LoadOptions{ShapesOnly: true}); err != nil {
@@ -81,8 +99,15 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		so.Rules = append(so.Rules, rule)
 	}
 	setPlanEnv(*slice) // procenv.go: before libtpu or the CUDA plugin loads
-	r, err := plan.Run(ctx, m, plan.Options{Slice: *slice, Strategy: *strategy, Dims: d, Precision: *precision,
-		PricePerChipHour: *price, Shard: so, Model: name})
+	po := plan.Options{Slice: *slice, Strategy: *strategy, Dims: d, Precision: *precision,
+		PricePerChipHour: *price, Shard: so, Model: name}
+	if *tf.train {
+		return runTrainPlan(ctx, m, po, tf, *asJSON, stdout)
+	}
+	if err := tf.unused(fs); err != nil {
+		return err
+	}
+	r, err := plan.Run(ctx, m, po)
 	if err != nil {
 		return err
 	}

@@ -69,6 +69,7 @@ func runModel(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer b.Close()
+	printCPUHint(stderr, b.Selection()) // cpuhint.go
 	if sf.printConfig {
 		fmt.Fprintf(stderr, "backend %s\n%s", b.Name(), b.Settings())
 	}

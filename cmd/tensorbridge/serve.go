@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,7 +24,7 @@ func init() {
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("serve", stderr, "MODEL.onnx... | --models DIR [--http ADDR] [--grpc ADDR] [--backend B] [batching flags] [settings flags]")
+	fs := newFlags("serve", stderr, "MODEL.onnx... | --models DIR [--http ADDR] [--grpc ADDR] [--backend B] [batching flags] [limit, TLS and auth flags] [settings flags]")
 	modelsDir := fs.String("models", "", "serve every .onnx file in this directory (model name: the file name without .onnx)")
 	httpAddr := fs.String("http", "127.0.0.1:8000", `REST listen address ("" or "off": none)`)
 	grpcAddr := fs.String("grpc", "127.0.0.1:8001", `gRPC listen address ("" or "off": none)`)
@@ -34,8 +35,23 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	queueSize := fs.Int("max-queue-size", 1024, "requests waiting per model; one more is answered 503 \"queue full\" at once")
 	timeout := fs.Duration("request-timeout", 30*time.Second, "default per-request deadline, queueing included (a request's \"timeout\" parameter may shorten it); expiry answers 503")
 	concurrency := fs.Int("concurrency", 1, "runs each replica executes at once")
+	allowCompile := fs.Bool("allow-compile", false, "let requests whose shapes warm-up did not compile run anyway, compiling on the request path (default: refuse them with 400 naming the warmed shapes, and refuse to load a model whose shapes warm-up cannot know)")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM or SIGINT, how long to wait for accepted requests before exiting")
 	logJSON := fs.Bool("log-json", false, "write logs as JSON lines (default: text) to stderr")
+	maxReq := fs.Int("max-request-bytes", 512<<20, "largest request: REST body (413 beyond it) and gRPC message (ResourceExhausted)")
+	maxInflight := fs.Int64("max-inflight-bytes", 2<<30, "bytes all requests may hold at once (bodies and decoded tensors); a request that does not fit is answered 503 with Retry-After")
+	readHeaderTimeout := fs.Duration("read-header-timeout", 10*time.Second, "TLS handshake and request headers (REST), connection setup (gRPC)")
+	readTimeout := fs.Duration("read-timeout", 30*time.Second, "whole REST request, body included: a client trickling its body is cut off")
+	writeTimeout := fs.Duration("write-timeout", 0, "REST request from its headers to the end of its response (default: read timeout + request timeout + 10s)")
+	idleTimeout := fs.Duration("idle-timeout", 30*time.Second, "a keep-alive REST connection with no request, or a gRPC connection with no RPC, is closed after this")
+	maxConns := fs.Int("max-connections", 10000, "open connections over the HTTP and gRPC ports together; more wait to be accepted (-1: no cap)")
+	grpcStreams := fs.Int("grpc-max-streams", 1024, "concurrent RPCs per gRPC connection")
+	grpcPing := fs.Duration("grpc-min-ping-interval", 10*time.Second, "shortest keepalive ping interval a gRPC client may use (more often: GOAWAY too_many_pings)")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate chain: serve HTTPS and gRPC over TLS (with --tls-key)")
+	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
+	tlsClientCA := fs.String("tls-client-ca", "", "PEM CA certificates: require client certificates that chain to them (mutual TLS)")
+	tokenFile := fs.String("auth-token-file", "", `require "Authorization: Bearer <token>" on inference, metadata and metrics; the token is this file's content, trimmed, read again when the file changes (health and readiness stay open)`)
+	metricsPublic := fs.Bool("metrics-public", false, "with --auth-token-file, leave /metrics open")
 	var sf settingsFlags
 	addSettingsFlags(fs, &sf)
 	var mf meshFlags
@@ -66,6 +82,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if off(*httpAddr) && off(*grpcAddr) {
 		return usageErr("both --http and --grpc are off: nothing to serve on")
 	}
+	var tlsCfg *tls.Config
+	if *tlsCert != "" || *tlsKey != "" || *tlsClientCA != "" {
+		if *tlsClientCA != "" && *tlsCert == "" {
+			return usageErr("--tls-client-ca needs --tls-cert and --tls-key: mutual TLS runs over TLS")
+		}
+		if (*tlsCert == "") != (*tlsKey == "") {
+			return usageErr("--tls-cert and --tls-key go together")
+		}
+		if tlsCfg, err = serve.TLSConfig(*tlsCert, *tlsKey, *tlsClientCA); err != nil {
+			return err
+		}
+	}
+	if *metricsPublic && *tokenFile == "" {
+		return usageErr("--metrics-public only matters with --auth-token-file")
+	}
 	var h slog.Handler = slog.NewTextHandler(stderr, nil)
 	if *logJSON {
 		h = slog.NewJSONHandler(stderr, nil)
@@ -81,12 +112,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer b.Close()
+	printCPUHint(stderr, b.Selection()) // cpuhint.go
 	if sf.printConfig {
 		fmt.Fprintf(stderr, "backend %s\n%s", b.Name(), b.Settings())
 	}
 	log.Info("backend", "name", b.Name(), "devices", len(b.Devices()), "selection", b.Selection().Reason)
 	cfg := serve.ModelConfig{MaxBatch: *maxBatch, MaxQueueDelay: *delay, MaxQueueSize: *queueSize,
-		Timeout: *timeout, Concurrency: *concurrency}
+		Timeout: *timeout, Concurrency: *concurrency, AllowCompile: *allowCompile}
 	// In a multi-process job (a multi-host slice) every worker serves its
 	// own devices behind one Service; a mesh wider than this process's
 	// devices would need every worker to take part in each run, which
@@ -109,7 +141,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		srcs = append(srcs, serve.ModelSource{Name: strings.TrimSuffix(filepath.Base(p), filepath.Ext(p)), Path: p, Config: cfg, Mesh: mesh})
 	}
 	s, err := serve.New(ctx, serve.Options{Backend: b, Models: srcs, Replicas: *replicas, DrainTimeout: *drain,
-		Logger: log, Version: tensorbridge.Version})
+		Logger: log, Version: tensorbridge.Version,
+		MaxMessageBytes: *maxReq, MaxInflightBytes: *maxInflight,
+		Limits: serve.Limits{ReadHeaderTimeout: *readHeaderTimeout, ReadTimeout: *readTimeout, WriteTimeout: *writeTimeout,
+			IdleTimeout: *idleTimeout, MaxConnections: *maxConns, GRPCMaxStreams: *grpcStreams, GRPCMinPingInterval: *grpcPing},
+		TLS: tlsCfg, AuthTokenFile: *tokenFile, MetricsPublic: *metricsPublic})
 	if err != nil {
 		return err
 	}

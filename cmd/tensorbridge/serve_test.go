@@ -17,6 +17,9 @@ func TestServeUsageErrors(t *testing.T) {
 		{[]string{"serve", "--models", empty}, "no .onnx files there"},
 		{[]string{"serve", "--http", "off", "--grpc", "", "../../testdata/models/mlp.onnx"}, "nothing to serve on"},
 		{[]string{"serve", "--buckets", "batch=x", "m.onnx"}, "--buckets"},
+		{[]string{"serve", "--tls-client-ca", "ca.pem", "m.onnx"}, "mutual TLS runs over TLS"},
+		{[]string{"serve", "--tls-cert", "c.pem", "m.onnx"}, "go together"},
+		{[]string{"serve", "--metrics-public", "m.onnx"}, "only matters with --auth-token-file"},
 	}
 	for _, c := range cases {
 		code, _, stderr := run(t, c.args...)

@@ -71,6 +71,7 @@ func runWarmup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer b.Close()
+	printCPUHint(stderr, b.Selection()) // cpuhint.go
 	if sf.printConfig {
 		fmt.Fprintf(stderr, "backend %s\n%s", b.Name(), b.Settings())
 	}

@@ -181,8 +181,10 @@ var traceLost = os.Getenv("TENSORBRIDGE_TRACE_LOST_BUFFERS") == "1"
 // destroyBuffer frees h if the client still owns it (it is open and has not
 // freed h already).
 func (c *Client) destroyBuffer(h uintptr) error {
-	c.closing.RLock()
-	defer c.closing.RUnlock()
+	if !c.hold() {
+		return nil // closing: the client's destruction frees h
+	}
+	defer c.release()
 	c.mu.Lock()
 	_, owned := c.buffers[h]
 	delete(c.buffers, h)

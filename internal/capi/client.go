@@ -21,9 +21,11 @@ type Client struct {
 	origins map[uintptr]string     // with TENSORBRIDGE_TRACE_LOST_BUFFERS=1: where each buffer was made
 	devices map[uintptr]*Device    // by PJRT_Device*, so that a device has one *Device
 
-	// closing is held shared while a buffer is destroyed and exclusively
-	// by Close, so that no buffer is destroyed after (or while) its client is.
-	closing sync.RWMutex
+	// holds counts the calls that need the client alive for their whole
+	// length (an execution, a buffer destroy, an in-place read): Close
+	// never waits for them; it refuses new holds and, while some remain,
+	// leaves the destruction to the last release (hold.go).
+	holds clientHolds
 	// lost counts buffers freed by the garbage-collection safety net rather
 	// than by Destroy: each one is a leak in the caller that the net caught.
 	lost int64
@@ -162,8 +164,16 @@ func (c *Client) LostBuffers() int64 {
 // does nothing. The caller must not use the client's objects concurrently
 // with Close.
 func (c *Client) Close() error {
-	c.closing.Lock()
-	defer c.closing.Unlock()
+	if !c.holds.closeNow() {
+		return nil // destroyed by the last holder's release (hold.go)
+	}
+	return c.destroyAll()
+}
+
+// destroyAll frees every buffer and executable the client still owns and
+// the client itself; it runs once, when Close finds no holder or when the
+// last holder releases after Close.
+func (c *Client) destroyAll() error {
 	c.mu.Lock()
 	if c.h == 0 {
 		c.mu.Unlock()

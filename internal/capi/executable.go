@@ -379,11 +379,14 @@ func (e *LoadedExecutable) Execute(ctx context.Context, args [][]*Buffer, opts *
 		event   [1]uintptr
 	}
 	run := func() (result, error) {
-		// The client stays open while the plugin runs: Close waits for
-		// this execution even when its caller stopped waiting for it
-		// (a cancelled context), instead of freeing the client under it.
-		e.c.closing.RLock()
-		defer e.c.closing.RUnlock()
+		// The client stays alive while the plugin runs, even when the
+		// caller stopped waiting (a cancelled context): a Close meanwhile
+		// returns at once and this execution's release destroys the
+		// client when it ends (hold.go), instead of freeing it underneath.
+		if !e.c.hold() {
+			return result{}, fmt.Errorf("pjrt: %s: client: %w", op, ErrClosed)
+		}
+		defer e.c.release()
 		if _, err := e.handle(op); err != nil {
 			return result{}, err
 		}

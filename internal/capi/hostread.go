@@ -65,8 +65,10 @@ func (b *Buffer) readInPlace(ctx context.Context, h uintptr, dst []byte) (bool, 
 	// or a client Close from another goroutine waits for the copy
 	// instead of freeing the memory under it (a race of the caller's, but
 	// then not a crash).
-	b.c.closing.RLock()
-	defer b.c.closing.RUnlock()
+	if !b.c.hold() {
+		return true, fmt.Errorf("pjrt: PJRT_Buffer_ToHostBuffer: buffer: %w", ErrClosed)
+	}
+	defer b.c.release()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.c.mu.Lock()

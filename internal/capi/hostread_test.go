@@ -144,11 +144,15 @@ func TestReadInPlaceWhileDestroyed(t *testing.T) {
 	}
 }
 
-// TestCloseWaitsForAbandonedExecution gives up waiting for a long
+// TestCloseDefersForAbandonedExecution gives up waiting for a long
 // execution (its context ends) and closes the client at once: Close must
-// wait for the plugin to finish instead of freeing the executable and its
-// buffers under it (which would crash the process).
-func TestCloseWaitsForAbandonedExecution(t *testing.T) {
+// return without waiting for the plugin, and the client must be destroyed
+// only when the execution ends, not under it (which crashed the process 2
+// times in 3 before commit 40244f3). Fault injected: with the Execute's
+// hold removed, the process crashed; with Close waiting (the commit's
+// RWMutex), the check that Close returned while the execution still held
+// the client failed.
+func TestCloseDefersForAbandonedExecution(t *testing.T) {
 	cpu(t) // skips without the plugin
 	path, err := FindPlugin("cpu")
 	if err != nil {
@@ -164,6 +168,7 @@ func TestCloseWaitsForAbandonedExecution(t *testing.T) {
   %2 = stablehlo.dot_general %1, %a, contracting_dims = [1] x [0] : (tensor<1024x1024xf32>, tensor<1024x1024xf32>) -> tensor<1024x1024xf32>
   return %2 : tensor<1024x1024xf32>
 }`
+	exercised := 0
 	for _, async := range []bool{false, true} {
 		c, err := p.NewClient(context.Background(), []NamedValue{{OptAsynchronous, async}})
 		if err != nil {
@@ -196,5 +201,33 @@ func TestCloseWaitsForAbandonedExecution(t *testing.T) {
 		if err := c.Close(); err != nil {
 			t.Fatalf("async=%v: Close: %v", async, err)
 		}
+		n, closing := c.holders()
+		if !closing {
+			t.Fatalf("async=%v: the client is not marked closing after Close", async)
+		}
+		if n == 0 {
+			t.Logf("async=%v: the execution ended before Close; the deferral was not exercised", async)
+		} else if c.isDestroyed() {
+			t.Fatalf("async=%v: the client was destroyed while an execution held it", async)
+		} else {
+			exercised++
+		}
+		// The execution's release destroys the client (after it let go of
+		// its hold: wait for the destruction itself, not the count).
+		for wait := 0; !c.isDestroyed(); wait++ {
+			if wait == 60000 { // 10 minutes
+				n, _ = c.holders()
+				t.Fatalf("async=%v: the client is still alive, %d holders", async, n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n, _ = c.holders(); n != 0 {
+			t.Fatalf("async=%v: the client was destroyed with %d holders", async, n)
+		}
+	}
+	if exercised == 0 {
+		// Three 1024^3 products take seconds: an execution still running
+		// when Close returns is what this test is about.
+		t.Fatal("Close returned after every execution ended: it waited for them (or they ran within 1 ms)")
 	}
 }

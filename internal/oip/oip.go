@@ -54,21 +54,107 @@ func ElemSize(datatype string) (int, bool) {
 	return n, ok
 }
 
+// Clip shortens a client's value echoed in an error message to 64 bytes,
+// so that an error never grows with what a client sent.
+func Clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+// MaxElements bounds the element count of any tensor on the wire (2^40).
+// Together with the byte counts the decoders check, it keeps every size
+// computed from a client's shape far from overflow.
+const MaxElements = 1 << 40
+
 // Elements returns the element count of shape, or an error for a negative
-// dimension or an overflowing product.
+// dimension, a dimension or a product over MaxElements. A zero dimension
+// makes the count 0 but does not exempt the other dimensions from the
+// checks: [0, 2^62] is refused.
 func Elements(shape []int64) (int, error) {
 	n := int64(1)
+	zero := false
 	for _, d := range shape {
-		if d < 0 {
+		switch {
+		case d < 0:
 			return 0, fmt.Errorf("negative dimension %d in shape %v", d, shape)
+		case d > MaxElements:
+			return 0, fmt.Errorf("dimension %d in shape %v is over the limit of %d elements", d, shape, int64(MaxElements))
+		case d == 0:
+			zero = true
+			continue
 		}
-		if d != 0 && n > (1<<40)/d {
-			return 0, fmt.Errorf("shape %v has too many elements", shape)
+		if n > MaxElements/d {
+			return 0, fmt.Errorf("shape %v has more than %d elements", shape, int64(MaxElements))
 		}
 		n *= d
 	}
+	if zero {
+		return 0, nil
+	}
 	return int(n), nil
 }
+
+// MaxDepth bounds the nesting of arrays and objects in a JSON body: a
+// tensor of rank 8 nested in a request needs about 12 levels.
+const MaxDepth = 64
+
+// JSONLimits bound the structure of a JSON body before it is decoded, so
+// that what the decoder allocates stays a small multiple of the body: an
+// object decodes to a struct or map entry of about 100 bytes, so a body
+// of "{}," repeated would otherwise allocate 30 to 60 times its size.
+type JSONLimits struct {
+	Depth   int // nesting of arrays and objects
+	Objects int // objects in all; 0: no limit
+	Keys    int // object keys in all; 0: no limit
+}
+
+// CheckJSON refuses JSON over the limits, scanning the bytes once without
+// allocating (strings are skipped, so brackets inside them do not count).
+// It does not validate the JSON.
+func CheckJSON(b []byte, lim JSONLimits) error {
+	depth, objects, keys := 0, 0, 0
+	inString := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case ':':
+			keys++
+			if lim.Keys > 0 && keys > lim.Keys {
+				return fmt.Errorf("JSON with more than %d object keys", lim.Keys)
+			}
+		case '{':
+			objects++
+			if lim.Objects > 0 && objects > lim.Objects {
+				return fmt.Errorf("JSON with more than %d objects: more inputs, outputs or parameters than the model takes", lim.Objects)
+			}
+			fallthrough
+		case '[':
+			depth++
+			if depth > lim.Depth {
+				return fmt.Errorf("JSON nested deeper than %d levels (at byte %d)", lim.Depth, i)
+			}
+		case ']', '}':
+			depth--
+		}
+	}
+	return nil
+}
+
+// CheckDepth is CheckJSON with a depth limit only.
+func CheckDepth(b []byte, max int) error { return CheckJSON(b, JSONLimits{Depth: max}) }
 
 // InferRequest is the JSON part of a REST infer request.
 type InferRequest struct {
@@ -145,6 +231,33 @@ type ErrorBody struct {
 // numbers or booleans.
 type Parameters map[string]any
 
+// UnmarshalJSON reads a parameter object, refusing values that are arrays
+// or objects: the protocol allows none, and refusing them keeps what a
+// hostile body can make the decoder allocate near its own size.
+func (p *Parameters) UnmarshalJSON(b []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	if raw == nil {
+		*p = nil
+		return nil
+	}
+	out := make(Parameters, len(raw))
+	for k, v := range raw {
+		var x any
+		if len(v) > 0 && (v[0] == '[' || v[0] == '{') {
+			return fmt.Errorf("parameter %q: want a string, number or boolean, got an array or object", k)
+		}
+		if err := json.Unmarshal(v, &x); err != nil {
+			return fmt.Errorf("parameter %q: %w", k, err)
+		}
+		out[k] = x
+	}
+	*p = out
+	return nil
+}
+
 // Int returns parameter name as an integer, with whether it is present. A
 // present value that is not an integer is an error.
 func (p Parameters) Int(name string) (int64, bool, error) {
@@ -191,7 +304,14 @@ func (p Parameters) Bool(name string) (bool, bool, error) {
 func DecodeJSONData(data []byte, datatype string, n int) ([]byte, error) {
 	size, ok := ElemSize(datatype)
 	if !ok {
-		return nil, fmt.Errorf("datatype %q cannot be sent as JSON data", datatype)
+		return nil, fmt.Errorf("datatype %q cannot be sent as JSON data", Clip(datatype))
+	}
+	// Each element takes at least one byte and all but the last a
+	// separator: a shape claiming more than the data can hold is refused
+	// before anything is allocated for it, and the output never outgrows
+	// size bytes per two bytes of data.
+	if n < 0 || n > (len(data)+1)/2 {
+		return nil, fmt.Errorf("the shape holds %d elements; %d bytes of JSON data cannot hold that many", n, len(data))
 	}
 	out := make([]byte, 0, n*size)
 	count := 0
@@ -203,6 +323,9 @@ func DecodeJSONData(data []byte, datatype string, n int) ([]byte, error) {
 		switch {
 		case c == '[':
 			depth++
+			if depth > MaxDepth {
+				return nil, fmt.Errorf("data nested deeper than %d levels", MaxDepth)
+			}
 			seenArray = true
 			i++
 			continue
@@ -306,7 +429,7 @@ func appendElement(out []byte, datatype, tok string) ([]byte, error) {
 		}
 		return le.AppendUint64(out, math.Float64bits(v)), nil
 	}
-	return nil, fmt.Errorf("datatype %q cannot be sent as JSON data", datatype)
+	return nil, fmt.Errorf("datatype %q cannot be sent as JSON data", Clip(datatype))
 }
 
 // BFloat16Bits rounds f to bfloat16, to nearest with ties to even (NaN
@@ -324,7 +447,7 @@ func BFloat16Bits(f float32) uint16 {
 func AppendJSONData(dst []byte, datatype string, data []byte) ([]byte, error) {
 	size, ok := ElemSize(datatype)
 	if !ok {
-		return nil, fmt.Errorf("datatype %q cannot be written as JSON data", datatype)
+		return nil, fmt.Errorf("datatype %q cannot be written as JSON data", Clip(datatype))
 	}
 	if len(data)%size != 0 {
 		return nil, fmt.Errorf("%d bytes is not a whole number of %s elements", len(data), datatype)

@@ -84,3 +84,30 @@ func TestConcurrentUse(t *testing.T) {
 		}
 	}
 }
+
+// TestTemplateRange: range works as Python's, and is bounded as in Jinja2's
+// sandbox, which transformers renders in. The fault injected is a template
+// asking for 10^12 items at load, which the library's own range would try
+// to allocate.
+func TestTemplateRange(t *testing.T) {
+	cases := []struct {
+		src, want string
+	}{
+		{"{% for i in range(3) %}{{ i }}{% endfor %}", "012"},
+		{"{% for i in range(2, 11, 3) %}{{ i }},{% endfor %}", "2,5,8,"},
+		{"{% for i in range(5, 0, -2) %}{{ i }}{% endfor %}", "531"},
+		{"{% for i in range(3, 3) %}x{% endfor %}", ""},
+	}
+	for _, c := range cases {
+		ct, err := compileChat(c.src, specialNames{})
+		if err != nil {
+			t.Fatalf("%s: %v", c.src, err)
+		}
+		if got, err := ct.render(probe, true); err != nil || got != c.want {
+			t.Errorf("%s = %q, %v; want %q", c.src, got, err, c.want)
+		}
+	}
+	if _, err := compileChat("{% for i in range(1000000000000) %}{% endfor %}", specialNames{}); err == nil {
+		t.Error("a 10^12-item range loaded")
+	}
+}

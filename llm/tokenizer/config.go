@@ -17,6 +17,10 @@ type config struct {
 	ChatTemplate         string
 	AddedTokensDecoder   map[string]addedToken
 	hasChatTemplateField bool
+	// Specials are the special tokens the config declares, in transformers'
+	// SPECIAL_TOKENS_ATTRIBUTES order; transformers adds any of them that
+	// tokenizer.json lacks as special added tokens.
+	Specials []string
 }
 
 // specialNames are the special token strings a chat template may use.
@@ -63,6 +67,10 @@ func parseConfig(b []byte) (config, error) {
 		Class              string                `json:"tokenizer_class"`
 		ChatTemplate       json.RawMessage       `json:"chat_template"`
 		AddedTokensDecoder map[string]addedToken `json:"added_tokens_decoder"`
+		SEP                json.RawMessage       `json:"sep_token"`
+		CLS                json.RawMessage       `json:"cls_token"`
+		Mask               json.RawMessage       `json:"mask_token"`
+		Additional         []json.RawMessage     `json:"additional_special_tokens"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return c, &FormatError{File: "tokenizer_config.json", Detail: "not a JSON object of the expected shape", Err: err}
@@ -79,6 +87,26 @@ func parseConfig(b []byte) (config, error) {
 	}
 	if c.PAD, err = tokenField(raw.PAD, "pad_token"); err != nil {
 		return c, err
+	}
+	named := []struct {
+		raw   json.RawMessage
+		field string
+	}{{raw.BOS, "bos_token"}, {raw.EOS, "eos_token"}, {raw.UNK, "unk_token"}, {raw.SEP, "sep_token"},
+		{raw.PAD, "pad_token"}, {raw.CLS, "cls_token"}, {raw.Mask, "mask_token"}}
+	for i, a := range raw.Additional {
+		named = append(named, struct {
+			raw   json.RawMessage
+			field string
+		}{a, fmt.Sprintf("additional_special_tokens[%d]", i)})
+	}
+	for _, n := range named {
+		s, err := tokenField(n.raw, n.field)
+		if err != nil {
+			return c, err
+		}
+		if s != nil && *s != "" {
+			c.Specials = append(c.Specials, *s)
+		}
 	}
 	c.AddBOS, c.AddEOS, c.Class, c.AddedTokensDecoder = raw.AddBOS, raw.AddEOS, raw.Class, raw.AddedTokensDecoder
 	c.Cleanup = raw.Cleanup != nil && *raw.Cleanup
@@ -205,20 +233,68 @@ func compileChat(src string, names specialNames) (*chatTemplate, error) {
 }
 
 func (ct *chatTemplate) render(messages []Message, addGenerationPrompt bool) (string, error) {
-	data := make(map[string]any, len(ct.vars)+2)
+	data := make(map[string]jinja.Value, len(ct.vars)+6)
 	for k, v := range ct.vars {
-		data[k] = v
+		data[k] = jinja.FromGoValue(v)
 	}
 	msgs := make([]any, len(messages))
 	for i, m := range messages {
 		msgs[i] = map[string]any{"role": m.Role, "content": m.Content}
 	}
-	data["messages"] = msgs
-	data["add_generation_prompt"] = addGenerationPrompt
+	data["messages"] = jinja.FromGoValue(msgs)
+	data["add_generation_prompt"] = jinja.NewBool(addGenerationPrompt)
 	// transformers passes these as None when the caller gives none.
-	data["tools"] = nil
-	data["documents"] = nil
-	return ct.tmpl.Render(data)
+	data["tools"] = jinja.None()
+	data["documents"] = jinja.None()
+	data["range"] = jinja.NewCallable("range", boundedRange)
+	return ct.tmpl.RenderValues(data)
+}
+
+// maxRange is Jinja2's sandbox MAX_RANGE: transformers renders templates in
+// an ImmutableSandboxedEnvironment, whose range() refuses more items
+// (https://github.com/pallets/jinja/blob/main/src/jinja2/sandbox.py). The
+// library's own range has no bound, so a template could allocate without
+// limit at load.
+const maxRange = 100000
+
+// boundedRange is Python's range with Jinja2's sandbox bound.
+func boundedRange(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	n := make([]int64, len(args))
+	for i, a := range args {
+		if !a.IsInt() {
+			return jinja.Undefined(), fmt.Errorf("range: argument %d is not an integer", i+1)
+		}
+		n[i] = a.AsInt()
+	}
+	start, stop, step := int64(0), int64(0), int64(1)
+	switch len(n) {
+	case 1:
+		stop = n[0]
+	case 2:
+		start, stop = n[0], n[1]
+	case 3:
+		start, stop, step = n[0], n[1], n[2]
+	default:
+		return jinja.Undefined(), fmt.Errorf("range: expected 1 to 3 arguments, got %d", len(n))
+	}
+	if step == 0 {
+		return jinja.Undefined(), fmt.Errorf("range: step must not be zero")
+	}
+	var count int64
+	switch {
+	case step > 0 && stop > start:
+		count = (stop - start + step - 1) / step
+	case step < 0 && stop < start:
+		count = (start - stop - step - 1) / -step
+	}
+	if count > maxRange || count < 0 {
+		return jinja.Undefined(), fmt.Errorf("range: %d items is more than the %d a sandboxed template may make", count, maxRange)
+	}
+	items := make([]jinja.Value, count)
+	for i := range items {
+		items[i] = jinja.NewInt(start + int64(i)*step)
+	}
+	return jinja.NewList(items), nil
 }
 
 // ErrNoChatTemplate is returned by ApplyChatTemplate when the checkpoint has
@@ -241,3 +317,15 @@ func (t *Tokenizer) ApplyChatTemplate(messages []Message, addGenerationPrompt bo
 
 // HasChatTemplate reports whether the checkpoint has a chat template.
 func (t *Tokenizer) HasChatTemplate() bool { return t.chat != nil }
+
+// EncodeChat renders messages with the chat template and encodes the result
+// without the post-processor's special tokens, as transformers'
+// apply_chat_template(messages, tokenize=True, add_generation_prompt=...)
+// does: the template writes its own BOS, so adding one would double it.
+func (t *Tokenizer) EncodeChat(messages []Message, addGenerationPrompt bool) ([]int, error) {
+	s, err := t.ApplyChatTemplate(messages, addGenerationPrompt)
+	if err != nil {
+		return nil, err
+	}
+	return t.Encode(s, false)
+}

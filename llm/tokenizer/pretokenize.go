@@ -69,6 +69,9 @@ func splitBy(p piece, matches [][2]int, beh behavior, invert bool) []piece {
 	if s == "" {
 		return nil
 	}
+	if beh == isolated && !invert {
+		return isolate(p, matches)
+	}
 	spans := make([]span, 0, 2*len(matches)+1)
 	prev := 0
 	for _, m := range matches {
@@ -140,6 +143,27 @@ func splitBy(p piece, matches [][2]int, beh behavior, invert bool) []piece {
 	return res
 }
 
+// isolate is splitBy for the Isolated behaviour: matches and the gaps between
+// them each become a piece (the common case, without the span bookkeeping).
+func isolate(p piece, matches [][2]int) []piece {
+	s := p.s
+	res := make([]piece, 0, 2*len(matches)+1)
+	prev := 0
+	for _, m := range matches {
+		if m[0] > prev {
+			res = append(res, piece{s: s[prev:m[0]], first: p.first && prev == 0})
+		}
+		if m[1] > m[0] {
+			res = append(res, piece{s: s[m[0]:m[1]], first: p.first && m[0] == 0})
+		}
+		prev = m[1]
+	}
+	if prev < len(s) {
+		res = append(res, piece{s: s[prev:], first: p.first && prev == 0})
+	}
+	return res
+}
+
 // runeMatches returns every rune satisfying f as its own match (tokenizers'
 // Pattern for char predicates).
 func runeMatches(s string, f func(rune) bool) [][2]int {
@@ -160,6 +184,9 @@ type splitPre struct {
 }
 
 func (p splitPre) preTokenize(ps []piece) []piece {
+	if len(ps) == 1 {
+		return splitBy(ps[0], p.m.findAll(ps[0].s), p.beh, p.invert)
+	}
 	var out []piece
 	for _, q := range ps {
 		out = append(out, splitBy(q, p.m.findAll(q.s), p.beh, p.invert)...)
@@ -189,6 +216,16 @@ type byteLevelPre struct {
 }
 
 func (p byteLevelPre) preTokenize(ps []piece) []piece {
+	if !p.addPrefixSpace && !p.useRegex { // map in place
+		out := ps[:0]
+		for _, q := range ps {
+			if q.s != "" {
+				q.s = bytesToUnicode(q.s)
+				out = append(out, q)
+			}
+		}
+		return out
+	}
 	var out []piece
 	for _, q := range ps {
 		if p.addPrefixSpace && q.s != "" && !strings.HasPrefix(q.s, " ") {
@@ -400,6 +437,16 @@ var byteToRune, runeToByte = func() ([256]rune, map[rune]byte) {
 }()
 
 func bytesToUnicode(s string) string {
+	plain := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < '!' || c > '~' {
+			plain = false
+			break
+		}
+	}
+	if plain { // printable ASCII maps to itself
+		return s
+	}
 	var b strings.Builder
 	b.Grow(2 * len(s))
 	for i := 0; i < len(s); i++ {

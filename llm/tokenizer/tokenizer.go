@@ -23,6 +23,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -152,7 +154,7 @@ func fromJSON(tb, cb, templateFile []byte) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := t.setAdded(tj.AddedTokens, cfg.AddedTokensDecoder); err != nil {
+	if err := t.setAdded(tj.AddedTokens, cfg.AddedTokensDecoder, cfg.Specials); err != nil {
 		return nil, err
 	}
 	if err := t.applyConfig(cfg, templateFile); err != nil {
@@ -162,64 +164,109 @@ func fromJSON(tb, cb, templateFile []byte) (*Tokenizer, error) {
 }
 
 // setAdded registers the added tokens (tokenizer.json's list, then any
-// further ones tokenizer_config.json's added_tokens_decoder declares, as
-// transformers adds them) and builds the vocabulary tables.
-func (t *Tokenizer) setAdded(list []addedToken, fromConfig map[string]addedToken) error {
+// further ones tokenizer_config.json's added_tokens_decoder declares, then
+// declared special tokens still missing, as PreTrainedTokenizerFast's
+// constructor adds them) and builds the matching tries and the id table.
+func (t *Tokenizer) setAdded(list []addedToken, fromConfig map[string]addedToken, specials []string) error {
 	t.addedByID = make(map[int]*addedToken)
 	t.addedByS = make(map[string]int)
-	add := func(a addedToken, where string) error {
-		if a.ID < 0 || a.ID > maxID {
-			return badJSON(where, "id %d out of range", a.ID)
-		}
-		if a.Content == "" {
-			return badJSON(where, "empty content for id %d", a.ID)
-		}
-		if _, dup := t.addedByID[a.ID]; dup {
-			return nil
-		}
-		tok := a
-		t.added = append(t.added, &tok)
-		t.addedByID[a.ID] = &tok
-		t.addedByS[a.Content] = a.ID
-		return nil
-	}
 	for i, a := range list {
-		if err := add(a, fmt.Sprintf("added_tokens[%d]", i)); err != nil {
+		if err := t.addToken(a, fmt.Sprintf("added_tokens[%d]", i)); err != nil {
 			return err
 		}
 	}
-	for k, a := range fromConfig {
-		var id int
-		if _, err := fmt.Sscan(k, &id); err != nil {
+	keys := make([]string, 0, len(fromConfig))
+	for k := range fromConfig {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		a := fromConfig[k]
+		id, err := strconv.Atoi(k)
+		if err != nil {
 			return &FormatError{File: "tokenizer_config.json", Field: "added_tokens_decoder", Detail: fmt.Sprintf("key %q is not an id", k)}
 		}
 		a.ID = id
 		if _, ok := t.addedByS[a.Content]; ok {
 			continue
 		}
-		if err := add(a, "tokenizer_config.json added_tokens_decoder"); err != nil {
+		if err := t.addToken(a, "tokenizer_config.json added_tokens_decoder"); err != nil {
 			return err
 		}
 	}
-	// Tries: special tokens first, then the others, as refresh_added_tokens
-	// orders them; normalized ones match the normalized text.
+	for _, sp := range specials {
+		if _, ok := t.addedByS[sp]; ok {
+			continue
+		}
+		id, ok := t.model.vocab[sp]
+		if !ok {
+			id = t.nextID() // as AddedVocabulary::add_tokens numbers a new token
+		}
+		if err := t.addToken(addedToken{ID: id, Content: sp, Special: true}, "tokenizer_config.json special token"); err != nil {
+			return err
+		}
+	}
+	t.buildTries()
+	return t.buildIDTable()
+}
+
+// nextID is the id tokenizers gives a token new to the vocabulary: one past
+// the largest id in use, and at least the model's vocabulary size.
+func (t *Tokenizer) nextID() int {
+	n := len(t.model.vocab)
+	for _, id := range t.model.vocab {
+		n = max(n, id+1)
+	}
+	for id := range t.addedByID {
+		n = max(n, id+1)
+	}
+	return n
+}
+
+func (t *Tokenizer) addToken(a addedToken, where string) error {
+	if a.ID < 0 || a.ID > maxID {
+		return badJSON(where, "id %d out of range", a.ID)
+	}
+	if a.Content == "" {
+		return badJSON(where, "empty content for id %d", a.ID)
+	}
+	if _, dup := t.addedByID[a.ID]; dup {
+		return nil
+	}
+	tok := a
+	t.added = append(t.added, &tok)
+	t.addedByID[a.ID] = &tok
+	t.addedByS[a.Content] = a.ID
+	return nil
+}
+
+// buildTries puts special tokens first, then the others, as
+// refresh_added_tokens orders them; normalized ones match the normalized
+// text, so their patterns are normalized too.
+func (t *Tokenizer) buildTries() {
 	t.rawTrie, t.normTrie = newTrie(), newTrie()
 	for _, special := range []bool{true, false} {
 		for _, a := range t.added {
 			if a.Special != special {
 				continue
 			}
-			if a.Normalized {
-				pat := a.Content
-				if t.normalizer != nil {
-					pat = t.normalizer.normalize(pat)
-				}
-				t.normTrie.add(pat, a)
-			} else {
+			if !a.Normalized {
 				t.rawTrie.add(a.Content, a)
+				continue
 			}
+			pat := a.Content
+			if t.normalizer != nil {
+				pat = t.normalizer.normalize(pat)
+			}
+			t.normTrie.add(pat, a)
 		}
 	}
+}
+
+// buildIDTable makes the id-to-token table. Ids index it, so a file naming a
+// few tokens with huge ids would make a huge allocation from a few bytes:
+// real vocabularies are dense, and sparse ones are refused.
+func (t *Tokenizer) buildIDTable() error {
 	n := 0
 	for _, id := range t.model.vocab {
 		n = max(n, id+1)
@@ -227,19 +274,19 @@ func (t *Tokenizer) setAdded(list []addedToken, fromConfig map[string]addedToken
 	for id := range t.addedByID {
 		n = max(n, id+1)
 	}
+	if count := len(t.model.vocab) + len(t.addedByID); n > 2*count+1024 {
+		return badJSON("model.vocab", "ids run to %d for %d tokens; vocabularies this sparse are not supported", n-1, count)
+	}
 	t.vocabSize = n
 	t.idToTok = make([]string, n)
-	seen := make([]bool, n)
 	for s, id := range t.model.vocab {
-		if seen[id] {
+		if t.idToTok[id] != "" {
 			return badJSON("model.vocab", "id %d is used by %q and %q", id, t.idToTok[id], s)
 		}
-		seen[id] = true
 		t.idToTok[id] = s
 	}
 	for id, a := range t.addedByID {
 		t.idToTok[id] = a.Content
-		seen[id] = true
 	}
 	return nil
 }

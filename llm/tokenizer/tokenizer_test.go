@@ -17,7 +17,7 @@ import (
 // scripts/gen-tokenizer-fixtures.py with Hugging Face tokenizers 0.22.1 and
 // transformers 4.57.1: every expected value below comes from those libraries.
 
-var families = []string{"llama3", "qwen2", "gpt2", "llama2", "mistral", "metaspace"}
+var families = []string{"llama3", "qwen2", "gpt2", "llama2", "mistral", "metaspace", "unk", "subword"}
 
 type expected struct {
 	Meta struct {
@@ -40,6 +40,7 @@ type expected struct {
 		Messages []Message `json:"messages"`
 		Gen      bool      `json:"add_generation_prompt"`
 		Text     *string   `json:"text"`
+		IDs      []int     `json:"ids"`
 		Error    string    `json:"error"`
 	} `json:"chat"`
 }
@@ -192,6 +193,10 @@ func TestChatTemplate(t *testing.T) {
 				} else if got != *c.Text {
 					t.Errorf("%v gen=%v\n got %q\nwant %q", c.Messages, c.Gen, got, *c.Text)
 				}
+				ids, err := tok.EncodeChat(c.Messages, c.Gen)
+				if err != nil || !slices.Equal(ids, c.IDs) {
+					t.Errorf("EncodeChat(%v, %v) = %v, %v; want %v", c.Messages, c.Gen, ids, err, c.IDs)
+				}
 			}
 		})
 	}
@@ -265,17 +270,23 @@ func TestBadTokenizerJSON(t *testing.T) {
 		{"unknown pre-tokenizer", edit(t, "llama3", "pre_tokenizer", `{"type":"BertPreTokenizer"}`), nil, errs.ErrUnsupported, "BertPreTokenizer"},
 		{"look-ahead regex", edit(t, "llama3", "pre_tokenizer", `{"type":"Split","pattern":{"Regex":"\\w+(?=\\s)|\\s+(?!\\S)"},"behavior":"Isolated","invert":false}`), nil, errs.ErrUnsupported, "look-around"},
 		{"possessive regex", edit(t, "llama3", "pre_tokenizer", `{"type":"Split","pattern":{"Regex":"\\p{L}++"},"behavior":"Isolated","invert":false}`), nil, errs.ErrUnsupported, "Regex"},
+		{"empty-matching regex", edit(t, "llama3", "pre_tokenizer", `{"type":"Split","pattern":{"Regex":"a*"},"behavior":"Isolated","invert":false}`), nil, errs.ErrUnsupported, "empty string"},
+		{"empty-matching look-ahead alternatives", edit(t, "llama3", "pre_tokenizer", `{"type":"Split","pattern":{"Regex":"x?|\\s+(?!\\S)"},"behavior":"Isolated","invert":false}`), nil, errs.ErrUnsupported, "empty string"},
+		{"regex Replace after Fuse", edit(t, "llama3", "decoder", `{"type":"Sequence","decoders":[{"type":"Fuse"},{"type":"Replace","pattern":{"Regex":"a+"},"content":"b"}]}`), nil, errs.ErrUnsupported, "after Fuse"},
+		{"ByteLevel after Fuse", edit(t, "llama3", "decoder", `{"type":"Sequence","decoders":[{"type":"Fuse"},{"type":"ByteLevel"}]}`), nil, errs.ErrUnsupported, "ByteLevel"},
 		{"unknown behavior", edit(t, "llama3", "pre_tokenizer", `{"type":"Split","pattern":{"String":" "},"behavior":"Sideways","invert":false}`), nil, errs.ErrUnsupported, "Sideways"},
 		{"unknown decoder", edit(t, "llama3", "decoder", `{"type":"WordPiece","prefix":"##"}`), nil, errs.ErrUnsupported, "WordPiece"},
 		{"unknown post-processor", edit(t, "llama3", "post_processor", `{"type":"Frobnicate"}`), nil, errs.ErrUnsupported, "Frobnicate"},
 		{"dropout", edit(t, "llama2", "model", `{"type":"BPE","dropout":0.1,"vocab":{"a":0},"merges":[]}`), nil, errs.ErrUnsupported, "dropout"},
 		{"merge not in vocab", edit(t, "llama2", "model", `{"type":"BPE","vocab":{"a":0,"b":1},"merges":["a b"]}`), nil, errs.ErrInvalidInput, "merged token"},
 		{"merge malformed", edit(t, "llama2", "model", `{"type":"BPE","vocab":{"a":0},"merges":[3]}`), nil, errs.ErrInvalidInput, "merges[0]"},
+		// The fault for the sparse-id guard: 30 bytes asking for a 16M-entry table.
+		{"sparse ids", edit(t, "llama2", "model", `{"type":"BPE","vocab":{"a":16000000},"merges":[]}`), nil, errs.ErrInvalidInput, "sparse"},
 		{"negative id", edit(t, "llama2", "model", `{"type":"BPE","vocab":{"a":-4},"merges":[]}`), nil, errs.ErrInvalidInput, "-4"},
 		{"unk not in vocab", edit(t, "llama2", "model", `{"type":"BPE","unk_token":"<zz>","vocab":{"a":0},"merges":[]}`), nil, errs.ErrInvalidInput, "unk_token"},
 		{"deep nesting", edit(t, "llama3", "normalizer", strings.Repeat(`{"type":"Sequence","normalizers":[`, 40)+`{"type":"NFC"}`+strings.Repeat(`]}`, 40)), nil, errs.ErrInvalidInput, "nested"},
 		{"config garbage", readFixture(t, "llama3", "tokenizer.json"), []byte("{{"), errs.ErrInvalidInput, "tokenizer_config.json"},
-		{"bos not in vocab", readFixture(t, "llama3", "tokenizer.json"), []byte(`{"bos_token":"<nope>"}`), errs.ErrInvalidInput, "bos_token"},
+		{"bos not a token", readFixture(t, "llama3", "tokenizer.json"), []byte(`{"bos_token":5}`), errs.ErrInvalidInput, "bos_token"},
 		{"bad template", readFixture(t, "llama3", "tokenizer.json"), []byte(`{"chat_template":"{% for m in messages %}{{ m.content "}`), errs.ErrUnsupported, "chat_template"},
 		{"template raises on probe", readFixture(t, "llama3", "tokenizer.json"), []byte(`{"chat_template":"{{ raise_exception('no') }}"}`), errs.ErrUnsupported, "no"},
 	}

@@ -1,0 +1,169 @@
+package cpu
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+)
+
+// The composed ops are checked against direct Go implementations of XLA's
+// definitions (https://openxla.org/xla/operation_semantics), not against
+// another GoMLX backend.
+
+func openEngine(t *testing.T) backends.Backend {
+	t.Helper()
+	b, err := Driver{}.Open(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b.Engine()
+}
+
+// refPad2 pads a rows×cols matrix by XLA's definition: output position o
+// of an axis holds input i when o-start = i·(interior+1).
+func refPad2(x []float64, rows, cols int, fill float64, cfg [2]backends.PadAxis) ([]float64, int, int) {
+	size := func(n int, c backends.PadAxis) int { return c.Start + n + max(n-1, 0)*c.Interior + c.End }
+	src := func(o, n int, c backends.PadAxis) int {
+		p := o - c.Start
+		if p < 0 || p%(c.Interior+1) != 0 || p/(c.Interior+1) >= n {
+			return -1
+		}
+		return p / (c.Interior + 1)
+	}
+	r, c := size(rows, cfg[0]), size(cols, cfg[1])
+	out := make([]float64, r*c)
+	for i := range r {
+		for j := range c {
+			si, sj := src(i, rows, cfg[0]), src(j, cols, cfg[1])
+			if si < 0 || sj < 0 {
+				out[i*c+j] = fill
+			} else {
+				out[i*c+j] = x[si*cols+sj]
+			}
+		}
+	}
+	return out, r, c
+}
+
+func iotaF(n int) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = float64(i + 1)
+	}
+	return v
+}
+
+func TestComposedPad(t *testing.T) {
+	eng := openEngine(t)
+	x := iotaF(12)
+	for _, tc := range []struct {
+		name string
+		cfg  [2]backends.PadAxis
+	}{
+		{"edges", [2]backends.PadAxis{{Start: 1, End: 2}, {Start: 0, End: 1}}},
+		{"interior", [2]backends.PadAxis{{Interior: 2}, {Start: 1, Interior: 1, End: 1}}},
+		{"negative", [2]backends.PadAxis{{Start: -1, End: 1, Interior: 1}, {Start: 2, End: -2}}},
+		{"negative-into-interior", [2]backends.PadAxis{{Start: -2, End: -1, Interior: 2}, {}}},
+		{"all-removed", [2]backends.PadAxis{{Start: -3}, {}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want, r, c := refPad2(x, 3, 4, -7, tc.cfg)
+			got := graph.MustExecOnce(eng, func(x *graph.Node) *graph.Node {
+				return graph.Pad(x, graph.Scalar(x.Graph(), x.DType(), -7), tc.cfg[0], tc.cfg[1])
+			}, tensors.FromFlatDataAndDimensions(x, 3, 4))
+			if d := got.Shape().Dimensions; d[0] != r || d[1] != c {
+				t.Fatalf("shape %v, want [%d %d]", d, r, c)
+			}
+			tensors.ConstFlatData(got, func(flat []float64) {
+				for i := range want {
+					if flat[i] != want[i] {
+						t.Fatalf("element %d = %v, want %v (got %v, want %v)", i, flat[i], want[i], flat, want)
+					}
+				}
+			})
+		})
+	}
+}
+
+func TestComposedReverse(t *testing.T) {
+	eng := openEngine(t)
+	x := iotaF(24)
+	got := graph.MustExecOnce(eng, func(x *graph.Node) *graph.Node { return graph.Reverse(x, 0, 2) },
+		tensors.FromFlatDataAndDimensions(x, 2, 3, 4))
+	tensors.ConstFlatData(got, func(flat []float64) {
+		for i := range 2 {
+			for j := range 3 {
+				for k := range 4 {
+					want := x[(1-i)*12+j*4+(3-k)]
+					if g := flat[i*12+j*4+k]; g != want {
+						t.Fatalf("[%d,%d,%d] = %v, want %v", i, j, k, g, want)
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestComposedSelectAndScatter checks the gradient of a max (and min)
+// window reduction with strides, padding and ties against the definition:
+// each window's upstream value goes to the first position (row-major)
+// holding the window's extremum, padding excluded. (Fault injected once:
+// dropping the first-on-ties mask made it fail.)
+func TestComposedSelectAndScatter(t *testing.T) {
+	eng := openEngine(t)
+	const rows, cols = 5, 6
+	x := []float64{ // ties inside windows on purpose
+		3, 1, 3, 0, 2, 2,
+		1, 3, 0, 5, 2, 2,
+		4, 4, 1, 1, 9, 0,
+		0, 2, 2, 8, 8, 1,
+		7, 7, 7, 1, 0, 3,
+	}
+	win, str := []int{2, 3}, []int{2, 2}
+	pad := [][2]int{{1, 0}, {0, 1}}
+	for _, isMax := range []bool{true, false} {
+		op := backends.ReduceOpMax
+		if !isMax {
+			op = backends.ReduceOpMin
+		}
+		outs := graph.MustExecOnceN(eng, func(x *graph.Node) []*graph.Node {
+			y := graph.BackendReduceWindow(x, op, win, str, nil, nil, pad)
+			// Upstream values 1, 2, 3... so each window's share is visible.
+			w := graph.Add(graph.IotaFull(x.Graph(), y.Shape()), graph.OnesLike(y))
+			loss := graph.ReduceAllSum(graph.Mul(y, w))
+			return []*graph.Node{y, graph.Gradient(loss, x)[0]}
+		}, tensors.FromFlatDataAndDimensions(x, rows, cols))
+		oy := outs[0].Shape().Dimensions
+		want := make([]float64, rows*cols)
+		for i := range oy[0] {
+			for j := range oy[1] {
+				best, at := math.NaN(), -1
+				for di := range win[0] {
+					for dj := range win[1] {
+						r, c := i*str[0]+di-pad[0][0], j*str[1]+dj-pad[1][0]
+						if r < 0 || r >= rows || c < 0 || c >= cols {
+							continue
+						}
+						v := x[r*cols+c]
+						if at < 0 || (isMax && v > best) || (!isMax && v < best) {
+							best, at = v, r*cols+c
+						}
+					}
+				}
+				want[at] += float64(i*oy[1] + j + 1)
+			}
+		}
+		tensors.ConstFlatData(outs[1], func(flat []float64) {
+			for i := range want {
+				if flat[i] != want[i] {
+					t.Fatalf("max=%v: gradient %v, want %v", isMax, flat, want)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,1053 @@
+package tensorbridge
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tensorbridge/tensorbridge/errs"
+	"github.com/tensorbridge/tensorbridge/ir"
+	"github.com/tensorbridge/tensorbridge/onnx"
+	"github.com/tensorbridge/tensorbridge/shard"
+	"github.com/tensorbridge/tensorbridge/train"
+)
+
+// Training.
+//
+// A Trainer fine-tunes a loaded Model: every floating-point initializer not
+// matched by Config.Freeze is trained (the others stay constants folded
+// into the program). One training step is one compiled program per input
+// shape: the forward pass, the loss, the gradients (GoMLX's reverse-mode
+// autodiff), optional global-norm clipping and the optimizer update
+// (train.BuildStep), with the scheduled learning rate and the bias
+// corrections passed as a small parameter so that the program compiles
+// once. The weights and the optimizer state stay on the device between
+// steps, as buffers the Trainer owns; each step's results replace them and
+// the old ones are freed.
+//
+// The step goes through the path Model.Run takes: the importer's
+// specialisation (onnx.Model.SpecializeStrings, Plan.Build), the precision
+// options, the backend's compile (compileSync, so the compile cache
+// applies) and a memory fit check (weights, gradients and optimizer state
+// against the device's budget).
+//
+// Precision bfloat16 specialises with Compute BFloat16 and Mixed: the
+// master weights and the optimizer state are float32 graph parameters,
+// contractions take their operands rounded to bfloat16 and accumulate in
+// float32, and the update runs in float32.
+//
+// Gradient accumulation: with Config.GradAccum K, the batch given to Step
+// holds K micro-batches back to back (K*B samples on the first axis); the
+// program builds the forward pass once per micro-batch and averages the
+// losses, so the gradient is the mean of the micro-batches' gradients.
+
+// TrainerOption configures NewTrainer.
+type TrainerOption func(*trainerOptions)
+
+type trainerOptions struct {
+	device *int
+}
+
+// TrainOnDevice trains on device n of the backend (an index into
+// Backend.Devices) instead of the model's device.
+func TrainOnDevice(n int) TrainerOption { return func(o *trainerOptions) { o.device = &n } }
+
+// Trainer trains a Model's weights. Its methods are safe for concurrent
+// use; steps run one at a time.
+type Trainer struct {
+	m           *Model
+	b           *Backend
+	cfg         train.Config
+	dev         int
+	spec        onnx.SpecializeOptions
+	params      []onnx.Param // trainable weights, as the graph takes them
+	frozen      int          // floating-point initializers not trained
+	frozenElems int64
+	slots       []string // optimizer state per weight (train.StateSlots)
+	modelDigest string
+
+	mu      sync.Mutex
+	weights []*ir.Tensor   // on the device, one per params; nil once closed
+	state   [][]*ir.Tensor // per slot, per weight
+	updates int            // optimizer updates done
+	execs   map[string]*trainExec
+	// mesh: data-parallel training (trainer_mesh.go); nil on one device.
+	mesh *trainMesh
+}
+
+// trainExec is a compiled training step or evaluation for one input shape.
+type trainExec struct {
+	exe     *Executable
+	plan    *onnx.Plan
+	params  []onnx.Param // the plan's inputs, per micro-batch
+	target  *onnx.Param  // labels or targets, nil for a loss output
+	classes int          // cross_entropy: the class count
+}
+
+// StepResult is what one training step did.
+type StepResult struct {
+	// Step is the optimizer update this was, from 1.
+	Step int
+	// Loss is the mean loss over the step's samples, before the update.
+	Loss float64
+	// GradNorm is the global 2-norm of the gradients, before clipping.
+	GradNorm float64
+	// LR is the learning rate the update used (after the schedule).
+	LR float64
+	// Duration is the whole step; Outside the part spent outside the
+	// compiled program (checking and preparing the batch, transfers,
+	// reading the loss back).
+	Duration, Outside time.Duration
+}
+
+// TrainStats counts a Trainer's weights.
+type TrainStats struct {
+	Trained, Frozen                 int   // tensors
+	TrainedElements, FrozenElements int64 // parameters
+}
+
+// NewTrainer prepares to train m with cfg: it selects the trainable
+// weights, checks that weights, gradients and optimizer state fit the
+// device, and places the weights and the (zero) optimizer state there.
+// Nothing is compiled until the first Step or Eval.
+func (m *Model) NewTrainer(ctx context.Context, cfg train.Config, opts ...TrainerOption) (*Trainer, error) {
+	if err := m.b.check(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var o trainerOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkTrainSupported(m, cfg); err != nil {
+		return nil, err
+	}
+	dev := m.device
+	if o.device != nil {
+		dev = *o.device
+	}
+	tm, err := trainerMesh(m.b, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if tm != nil {
+		dev = 0 // the mesh is devices 0..D-1; device 0 holds Trainer.weights
+	}
+	if dev < 0 || dev >= len(m.b.devices) {
+		return nil, &errs.Error{Kind: errs.InvalidArgument, Backend: m.b.Name(), Op: "new trainer",
+			Err: fmt.Errorf("device %d out of range: the backend has %d device(s)", dev, len(m.b.devices))}
+	}
+	spec := onnx.SpecializeOptions{Compute: ir.Float32, WeightsAsParams: true}
+	if cfg.Precision == "bfloat16" {
+		spec.Compute, spec.Mixed = ir.BFloat16, true
+	}
+	names, frozen, frozenElems, err := trainableNames(m.m, cfg.Freeze)
+	if err != nil {
+		return nil, err
+	}
+	spec.Weights = names
+	params, err := m.m.WeightParams(spec)
+	if err != nil {
+		var ie *errs.InputError
+		if errors.As(err, &ie) {
+			return nil, fmt.Errorf("train: weight %q cannot be trained: the importer needs its value when it builds the graph; freeze it (--freeze): %w", ie.Name, err)
+		}
+		return nil, err
+	}
+	if len(params) == 0 {
+		return nil, &errs.InputError{Name: "--freeze", Problem: "value", Expected: "at least one trainable floating-point initializer",
+			Got: fmt.Sprintf("none left (freeze %q; %d frozen)", cfg.Freeze, frozen)}
+	}
+	t := &Trainer{m: m, b: m.b, cfg: cfg, dev: dev, spec: spec, params: params, frozen: frozen + len(names) - len(params),
+		frozenElems: frozenElems, slots: train.StateSlots(cfg.Optimizer), execs: map[string]*trainExec{}, mesh: tm}
+	if d, ok := m.m.SourceDigest(); ok {
+		t.modelDigest = hex.EncodeToString(d[:])
+	} else {
+		t.modelDigest = "unread:" + m.path
+	}
+	if err := t.checkFits(ctx); err != nil {
+		return nil, err
+	}
+	if err := t.place(ctx); err != nil {
+		t.release()
+		return nil, err
+	}
+	if err := t.checkGradientsEarly(); err != nil {
+		t.release()
+		return nil, err
+	}
+	if tm != nil {
+		if err := t.replicate(); err != nil {
+			t.release()
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// checkTrainSupported refuses what the Trainer does not do (yet), by name.
+func checkTrainSupported(m *Model, cfg train.Config) error {
+	if err := m.hot.runErr; err != nil {
+		return err
+	}
+	if m.sharded != nil {
+		return &errs.UnsupportedError{What: "feature", Name: "training a model loaded on a mesh",
+			Detail: "load the model on one device; Config.Mesh says how training spreads"}
+	}
+	if cfg.Strategy == "tp" {
+		return &errs.UnsupportedError{What: "feature", Name: "--strategy tp",
+			Detail: "tensor-parallel training is not implemented yet; --mesh data=D trains data-parallel (dp) or sharded (fsdp)"}
+	}
+	if cfg.Strategy == "fsdp" && (cfg.Mesh == "" || strings.HasPrefix(cfg.Mesh, "data=1,") || cfg.Mesh == "data=1") {
+		return &errs.InputError{Name: "--strategy", Problem: "value", Expected: "fsdp with --mesh data=D, D > 1", Got: "no data axis to shard over (--mesh " + cfg.Mesh + ")"}
+	}
+	return nil
+}
+
+// trainerMesh parses Config.Mesh: nil for one device.
+func trainerMesh(b *Backend, cfg train.Config) (*trainMesh, error) {
+	if cfg.Mesh == "" {
+		return nil, nil
+	}
+	mesh, err := shard.ParseMesh(cfg.Mesh)
+	if err != nil {
+		return nil, &errs.InputError{Name: "--mesh", Problem: "value", Expected: "data=D[,model=M]", Got: err.Error()}
+	}
+	if mesh.Devices() <= 1 {
+		return nil, nil
+	}
+	return newTrainMesh(b, mesh, cfg.Batch, cfg.Strategy)
+}
+
+// trainableNames lists the floating-point initializers that Freeze does
+// not match, sorted by name, and counts the frozen ones.
+func trainableNames(m *onnx.Model, freeze string) (names []string, frozen int, frozenElems int64, err error) {
+	var re *regexp.Regexp
+	if freeze != "" {
+		if re, err = regexp.Compile(freeze); err != nil {
+			return nil, 0, 0, &errs.InputError{Name: "--freeze", Problem: "value", Expected: "a Go regexp", Got: err.Error()}
+		}
+	}
+	for _, p := range m.Initializers() {
+		if !p.Shape.DType.IsFloat() {
+			continue
+		}
+		if re != nil && re.MatchString(p.Name) {
+			frozen++
+			frozenElems += int64(p.Shape.Size())
+			continue
+		}
+		names = append(names, p.Name)
+	}
+	return names, frozen, frozenElems, nil
+}
+
+// checkFits compares weights, gradients and optimizer state (each the
+// size of the trainable weights) plus the frozen weights against the
+// device's budget. A device without memory figures is not checked.
+func (t *Trainer) checkFits(ctx context.Context) error {
+	var trainable uint64
+	for _, p := range t.params {
+		trainable += uint64(p.Shape.Memory())
+	}
+	need := trainable*uint64(2+len(t.slots)) + uint64(t.m.m.Parameters().Bytes) - trainable
+	bud, err := t.b.BudgetOf(ctx, t.dev)
+	if err != nil {
+		return nil
+	}
+	if need > bud.Available {
+		return &errs.OutOfMemoryError{Device: bud.Device, Needed: need, Available: bud.Available,
+			Detail: fmt.Sprintf("training %s: weights, gradients and %d optimizer state tensors per weight (%s trainable)",
+				t.m.path, len(t.slots), errs.Bytes(trainable))}
+	}
+	return nil
+}
+
+// place puts the initial weights and zero optimizer state on the device.
+func (t *Trainer) place(ctx context.Context) error {
+	eng := t.b.drv.Engine()
+	t.state = make([][]*ir.Tensor, len(t.slots))
+	for _, p := range t.params {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		host, err := t.m.m.WeightValue(p.Name, t.spec)
+		if err != nil {
+			return err
+		}
+		d, err := ir.ToDevice(host, eng, t.dev)
+		if err != nil {
+			return t.deviceErr("place weights", p, err)
+		}
+		t.weights = append(t.weights, d)
+		for s := range t.slots {
+			z, err := ir.NewHostTensor(p.Shape.DType, p.Shape.Dimensions...)
+			if err == nil {
+				z, err = ir.ToDevice(z, eng, t.dev)
+			}
+			if err != nil {
+				return t.deviceErr("place optimizer state", p, err)
+			}
+			t.state[s] = append(t.state[s], z)
+		}
+	}
+	return nil
+}
+
+func (t *Trainer) deviceErr(op string, p onnx.Param, err error) error {
+	return &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: op, Err: fmt.Errorf("weight %q (%s): %w", p.Name, p.Shape, err)}
+}
+
+// checkGradients refuses, naming the ONNX op and node, a plan whose loss
+// reverse-mode autodiff cannot differentiate with respect to the trainable
+// weights (onnx.Plan.CheckGradients), before the step is built.
+func (t *Trainer) checkGradients(plan *onnx.Plan) error {
+	if err := plan.CheckEngine(t.b.drv.Engine()); err != nil {
+		return err
+	}
+	names := make([]string, len(t.params))
+	for i, p := range t.params {
+		names[i] = p.Name
+	}
+	return plan.CheckGradients(t.b.drv.Engine(), names)
+}
+
+// checkGradientsEarly runs checkGradients when the trainer is created, for
+// models whose input shapes the batch size settles (every symbolic
+// dimension leads its input); others are checked when their first step
+// compiles.
+func (t *Trainer) checkGradientsEarly() error {
+	shapes := map[string][]int{}
+	for _, in := range t.m.m.Inputs() {
+		if !in.RankKnown {
+			return nil
+		}
+		dims := make([]int, len(in.Dims))
+		for i, d := range in.Dims {
+			switch {
+			case d.Param == "" && d.Value >= 0:
+				dims[i] = d.Value
+			case i == 0:
+				dims[i] = t.cfg.Batch
+			default:
+				return nil
+			}
+		}
+		shapes[in.Name] = dims
+	}
+	if len(t.m.m.ValueInputs()) > 0 {
+		return nil
+	}
+	plan, err := t.m.m.SpecializeStrings(shapes, nil, nil, t.spec)
+	if err != nil {
+		return err
+	}
+	return t.checkGradients(plan)
+}
+
+// Stats counts the trained and frozen weights.
+func (t *Trainer) Stats() TrainStats {
+	s := TrainStats{Trained: len(t.params), Frozen: t.frozen, FrozenElements: t.frozenElems}
+	for _, p := range t.params {
+		s.TrainedElements += int64(p.Shape.Size())
+	}
+	return s
+}
+
+// BytesPerDevice is the bytes of trained weights and optimizer state the
+// first device holds: all of them on one device or with data parallelism
+// (every device holds a replica), about 1/D of them with fsdp over D devices.
+func (t *Trainer) BytesPerDevice() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var n int64
+	for _, x := range t.deviceZero() {
+		n += int64(x.Shape().Memory())
+	}
+	return n
+}
+
+// Config returns the training configuration.
+func (t *Trainer) Config() train.Config { return t.cfg }
+
+// ModelDigest identifies the model's file (what checkpoints record).
+func (t *Trainer) ModelDigest() string { return t.modelDigest }
+
+// Updates returns how many optimizer updates were done (restored ones
+// included).
+func (t *Trainer) Updates() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.updates
+}
+
+// Step runs one training step on batch: the model inputs by name and, for
+// the cross_entropy and mse losses, the labels or targets under
+// Config.Loss.Target. With GradAccum K the batch holds K micro-batches
+// (K*B samples on the first axis of every tensor). Bad data (a missing or
+// unknown name, a dtype or shape the model does not take, labels outside
+// the classes) is an error wrapping ErrInvalidInput, found before anything
+// runs.
+func (t *Trainer) Step(ctx context.Context, batch map[string]*ir.Tensor) (StepResult, error) {
+	start := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.usable(ctx); err != nil {
+		return StepResult{}, err
+	}
+	k := max(1, t.cfg.GradAccum)
+	micro, err := t.split(batch, k)
+	if err != nil {
+		return StepResult{}, err
+	}
+	var ex *trainExec
+	var mex *meshExec
+	if t.mesh != nil {
+		mex, err = t.meshExec(ctx, micro[0], k)
+		if mex != nil {
+			ex = mex.trainExec
+		}
+	} else {
+		ex, err = t.exec(ctx, micro[0], k, false)
+	}
+	if err != nil {
+		return StepResult{}, err
+	}
+	lr := t.cfg.Optimizer.LR * t.cfg.Schedule.Factor(t.updates)
+	hyper, err := ir.TensorFromFlat(train.Hyper(t.cfg.Optimizer, lr, t.updates), train.NumHyper)
+	if err != nil {
+		return StepResult{}, err
+	}
+	args := append([]*ir.Tensor(nil), t.weights...)
+	for _, s := range t.state {
+		args = append(args, s...)
+	}
+	for _, mb := range micro {
+		a, err := ex.args(mb, t.cfg.Loss)
+		if err != nil {
+			return StepResult{}, err
+		}
+		args = append(args, a...)
+	}
+	args = append(args, hyper)
+	if mex != nil {
+		return t.finishMeshStep(mex, args, start, lr)
+	}
+	runStart := time.Now()
+	outs, err := ex.exe.runKeep(ctx, t.dev, args)
+	ran := time.Since(runStart)
+	if err != nil {
+		return StepResult{}, err
+	}
+	n := len(t.params)
+	old := t.weights
+	t.weights = outs[:n]
+	for s := range t.state {
+		old = append(old, t.state[s]...)
+		t.state[s] = outs[n*(1+s) : n*(2+s)]
+	}
+	freeAll(old)
+	t.updates++
+	res := StepResult{Step: t.updates, LR: lr}
+	if res.Loss, err = hostScalar(outs[len(outs)-2]); err == nil {
+		res.GradNorm, err = hostScalar(outs[len(outs)-1])
+	}
+	if err != nil {
+		return res, &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "train step", Err: err}
+	}
+	res.Duration = time.Since(start)
+	res.Outside = res.Duration - ran
+	return res, nil
+}
+
+// finishMeshStep runs a data-parallel step and reads its results.
+func (t *Trainer) finishMeshStep(e *meshExec, args []*ir.Tensor, start time.Time, lr float64) (StepResult, error) {
+	loss, norm, ran, err := t.stepMesh(e, args)
+	if err != nil {
+		return StepResult{}, err
+	}
+	t.updates++
+	res := StepResult{Step: t.updates, LR: lr}
+	if res.Loss, err = hostScalar(loss); err == nil {
+		res.GradNorm, err = hostScalar(norm)
+	} else {
+		_ = norm.FinalizeAll()
+	}
+	if err != nil {
+		return res, &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "train step", Err: err}
+	}
+	res.Duration = time.Since(start)
+	res.Outside = res.Duration - ran
+	return res, nil
+}
+
+// Eval returns the mean loss on batch with the current weights (no
+// update). The batch is one micro-batch of any size.
+func (t *Trainer) Eval(ctx context.Context, batch map[string]*ir.Tensor) (float64, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.usable(ctx); err != nil {
+		return 0, err
+	}
+	micro, err := t.split(batch, 1)
+	if err != nil {
+		return 0, err
+	}
+	ex, err := t.exec(ctx, micro[0], 1, true)
+	if err != nil {
+		return 0, err
+	}
+	args, err := ex.args(micro[0], t.cfg.Loss)
+	if err != nil {
+		return 0, err
+	}
+	ws, done, err := t.evalWeights()
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	outs, err := ex.exe.runKeep(ctx, t.dev, append(append([]*ir.Tensor(nil), ws...), args...))
+	if err != nil {
+		return 0, err
+	}
+	l, err := hostScalar(outs[0])
+	if err != nil {
+		return 0, &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "eval", Err: err}
+	}
+	return l, nil
+}
+
+func (t *Trainer) usable(ctx context.Context) error {
+	if err := t.b.check(); err != nil {
+		return err
+	}
+	if t.weights == nil {
+		return &errs.Error{Kind: errs.FailedPrecondition, Backend: t.b.Name(), Op: "train", Err: ErrClosed}
+	}
+	return ctx.Err()
+}
+
+// split checks the batch's names and sample counts and cuts it into k
+// micro-batches along the first axis.
+func (t *Trainer) split(batch map[string]*ir.Tensor, k int) ([]map[string]*ir.Tensor, error) {
+	want := map[string]bool{}
+	var names []string
+	for _, s := range t.m.m.Inputs() {
+		want[s.Name] = true
+		names = append(names, s.Name)
+	}
+	if l := t.cfg.Loss; l.Kind != train.LossOutput {
+		if want[l.Target] {
+			return nil, &errs.InputError{Name: l.Target, Problem: "name", Expected: "labels or targets that are not a model input", Got: "a model input"}
+		}
+		want[l.Target] = true
+		names = append(names, l.Target)
+	}
+	n := -1
+	given := make([]string, 0, len(batch))
+	for name := range batch {
+		given = append(given, name)
+	}
+	sort.Strings(given) // the same batch gets the same error
+	for _, name := range given {
+		v := batch[name]
+		if !want[name] {
+			return nil, &errs.InputError{Name: name, Problem: "name", Expected: "one of " + strings.Join(names, ", "), Got: fmt.Sprintf("unknown name %q", name)}
+		}
+		if v == nil || v.Shape().Rank() == 0 {
+			return nil, &errs.InputError{Name: name, Problem: "shape", Expected: "samples on the first axis", Got: fmt.Sprint(v)}
+		}
+		d := v.Shape().Dimensions[0]
+		if n >= 0 && d != n {
+			return nil, &errs.InputError{Name: name, Problem: "shape", Expected: fmt.Sprintf("%d samples, as the other tensors of the batch", n), Got: fmt.Sprint(d)}
+		}
+		n = d
+	}
+	for _, name := range names {
+		if batch[name] == nil {
+			return nil, &errs.InputError{Name: name, Problem: "value", Expected: "a tensor in the batch", Got: "none"}
+		}
+	}
+	if n%k != 0 || n == 0 {
+		return nil, &errs.InputError{Name: "batch", Problem: "shape", Expected: fmt.Sprintf("a sample count divisible by the %d micro-batches", k), Got: fmt.Sprint(n)}
+	}
+	if k == 1 {
+		return []map[string]*ir.Tensor{batch}, nil
+	}
+	out := make([]map[string]*ir.Tensor, k)
+	for i := range out {
+		out[i] = map[string]*ir.Tensor{}
+		for name, v := range batch {
+			s, err := sliceRows(v, i*n/k, (i+1)*n/k)
+			if err != nil {
+				return nil, &errs.InputError{Name: name, Problem: "value", Expected: "a tensor readable on the host", Got: err.Error()}
+			}
+			out[i][name] = s
+		}
+	}
+	return out, nil
+}
+
+// sliceRows copies rows [from, to) of t's first axis into a new tensor.
+func sliceRows(t *ir.Tensor, from, to int) (*ir.Tensor, error) {
+	raw, err := ir.TensorBytes(t)
+	if err != nil {
+		return nil, err
+	}
+	dims := append([]int(nil), t.Shape().Dimensions...)
+	row := len(raw) / dims[0]
+	dims[0] = to - from
+	return ir.TensorFromBytes(t.DType(), dims, append([]byte(nil), raw[from*row:to*row]...))
+}
+
+// exec returns the compiled step (or evaluation) for this micro-batch's
+// shapes, compiling it the first time.
+func (t *Trainer) exec(ctx context.Context, mb map[string]*ir.Tensor, k int, eval bool) (*trainExec, error) {
+	inputs := map[string]*ir.Tensor{}
+	for _, s := range t.m.m.Inputs() {
+		inputs[s.Name] = mb[s.Name]
+	}
+	shapes, values, err := t.m.checkInputs(inputs)
+	if err != nil {
+		return nil, err
+	}
+	var target *onnx.Param
+	if l := t.cfg.Loss; l.Kind != train.LossOutput {
+		tt := mb[l.Target]
+		target = &onnx.Param{Name: l.Target, Shape: tt.Shape()}
+	}
+	key := fmt.Sprintf("eval=%v k=%d %s", eval, k, specialisationKey(shapes, values))
+	if target != nil {
+		key += fmt.Sprintf(" target=%s", target.Shape)
+	}
+	if ex, ok := t.execs[key]; ok {
+		return ex, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	plan, err := t.m.m.SpecializeStrings(shapes, values, nil, t.spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.checkGradients(plan); err != nil {
+		return nil, err
+	}
+	ex := &trainExec{plan: plan, params: plan.Params(), target: target}
+	if ex.exe, err = t.compile(ex, k, eval); err != nil {
+		return nil, err
+	}
+	t.execs[key] = ex
+	return ex, nil
+}
+
+// compile builds and compiles the step (train.BuildStep) or evaluation
+// (train.BuildLoss) program on one device (buildProgram says what it takes
+// and returns).
+func (t *Trainer) compile(ex *trainExec, k int, eval bool) (*Executable, error) {
+	name := "train:" + t.m.path
+	if eval {
+		name = "eval:" + t.m.path
+	}
+	return t.b.compileSync(name, func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+		return t.buildProgram(g, in, ex, k, eval)
+	}, t.argShapes(ex, k, eval))
+}
+
+// argShapes are the program's argument shapes: the trainable weights, the
+// optimizer state (step only), per micro-batch the plan's inputs and the
+// target, and the hyper-parameter vector (step only).
+func (t *Trainer) argShapes(ex *trainExec, k int, eval bool) []ir.Shape {
+	var shapes []ir.Shape
+	for _, p := range t.params {
+		shapes = append(shapes, p.Shape)
+	}
+	if !eval {
+		for range t.slots {
+			for _, p := range t.params {
+				shapes = append(shapes, p.Shape)
+			}
+		}
+	}
+	for range k {
+		for _, p := range ex.params {
+			shapes = append(shapes, p.Shape)
+		}
+		if ex.target != nil {
+			shapes = append(shapes, ex.target.Shape)
+		}
+	}
+	if !eval {
+		shapes = append(shapes, ir.MakeShape(ir.Float32, train.NumHyper))
+	}
+	return shapes
+}
+
+// buildProgram builds the step or evaluation on g from its argument nodes
+// (argShapes' order). Its results: the new weights and state, the loss and
+// the gradient norm (step); the loss (evaluation).
+func (t *Trainer) buildProgram(g *ir.Graph, in []*ir.Node, ex *trainExec, k int, eval bool) ([]*ir.Node, error) {
+	n := len(t.params)
+	slots := len(t.slots)
+	if eval {
+		slots = 0
+	}
+	perBatch := len(ex.params)
+	if ex.target != nil {
+		perBatch++
+	}
+	nodes := train.StepNodes{Weights: in[:n]}
+	for s := range slots {
+		nodes.State = append(nodes.State, in[n*(1+s):n*(2+s)])
+	}
+	off := n * (1 + slots)
+	for b := range k {
+		mb := map[string]*ir.Node{}
+		for i, p := range ex.params {
+			mb[p.Name] = in[off+b*perBatch+i]
+		}
+		if ex.target != nil {
+			mb[ex.target.Name] = in[off+b*perBatch+len(ex.params)]
+		}
+		nodes.Batches = append(nodes.Batches, mb)
+	}
+	if eval {
+		all := map[string]*ir.Node{}
+		for i, p := range t.params {
+			all[p.Name] = in[i]
+		}
+		for name, nd := range nodes.Batches[0] {
+			all[name] = nd
+		}
+		loss, classes, err := train.BuildLoss(g, ex.plan, t.cfg.Loss, all)
+		ex.classes = classes
+		return []*ir.Node{loss}, err
+	}
+	nodes.Hyper = in[len(in)-1]
+	out, err := train.BuildStep(g, train.StepSpec{Plan: ex.plan, Loss: t.cfg.Loss, Optimizer: t.cfg.Optimizer,
+		ClipGradNorm: t.cfg.ClipGradNorm, MicroBatches: k}, nodes)
+	if err != nil {
+		return nil, err
+	}
+	ex.classes = out.Classes
+	res := append([]*ir.Node(nil), out.Weights...)
+	for _, s := range out.State {
+		res = append(res, s...)
+	}
+	return append(res, out.Loss, out.GradNorm), nil
+}
+
+// args prepares one micro-batch's arguments, checking labels against the
+// class count first.
+func (ex *trainExec) args(mb map[string]*ir.Tensor, loss train.Loss) ([]*ir.Tensor, error) {
+	var out []*ir.Tensor
+	for _, p := range ex.params {
+		a, err := ex.plan.PrepareInput(p.Name, mb[p.Name])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	if ex.target == nil {
+		return out, nil
+	}
+	tt := mb[ex.target.Name]
+	if !tt.Shape().Equal(ex.target.Shape) {
+		return nil, &errs.InputError{Name: ex.target.Name, Problem: "shape", Expected: ex.target.Shape.String(), Got: tt.Shape().String()}
+	}
+	if ex.classes > 0 {
+		if err := checkLabels(ex.target.Name, tt, ex.classes); err != nil {
+			return nil, err
+		}
+	}
+	return append(out, tt), nil
+}
+
+// checkLabels refuses class indices outside [0, classes).
+func checkLabels(name string, t *ir.Tensor, classes int) error {
+	if t.DType() != ir.Int64 {
+		return &errs.InputError{Name: name, Problem: "dtype", Expected: "int64 class indices", Got: t.DType().String()}
+	}
+	var bad error
+	err := t.ConstFlatData(func(flat any) {
+		for i, v := range flat.([]int64) {
+			if v < 0 || v >= int64(classes) {
+				bad = &errs.InputError{Name: name, Problem: "value", Expected: fmt.Sprintf("class indices in [0, %d) (the logits' class axis)", classes),
+					Got: fmt.Sprintf("%d at sample element %d", v, i)}
+				return
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return bad
+}
+
+// Weights returns host copies of the trained weights by initializer name,
+// in the dtype the graph holds them in (float32 for float32 initializers,
+// also under bfloat16 precision).
+func (t *Trainer) Weights() (map[string]*ir.Tensor, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.weights == nil {
+		return nil, &errs.Error{Kind: errs.FailedPrecondition, Backend: t.b.Name(), Op: "weights", Err: ErrClosed}
+	}
+	out := make(map[string]*ir.Tensor, len(t.params))
+	for i, p := range t.params {
+		h, err := t.hostArg(i)
+		if err != nil {
+			return nil, t.deviceErr("read weights", p, err)
+		}
+		out[p.Name] = h
+	}
+	return out, nil
+}
+
+// State returns a checkpoint of the training: the weights ("weight/NAME"),
+// the optimizer state ("SLOT/NAME", train.StateSlots), the updates done and
+// the digests of the model and configuration. The data position is the
+// caller's to fill in.
+func (t *Trainer) State() (*train.Checkpoint, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.weights == nil {
+		return nil, &errs.Error{Kind: errs.FailedPrecondition, Backend: t.b.Name(), Op: "state", Err: ErrClosed}
+	}
+	c := &train.Checkpoint{Step: t.updates, ModelDigest: t.modelDigest, ConfigDigest: t.cfg.Digest(),
+		Config: t.cfg.Fields(), Tensors: map[string]*ir.Tensor{}}
+	n := len(t.params)
+	for i, p := range t.params {
+		h, err := t.hostArg(i)
+		if err != nil {
+			return nil, t.deviceErr("read weights", p, err)
+		}
+		c.Tensors["weight/"+p.Name] = h
+		for s, slot := range t.slots {
+			h, err := t.hostArg(n*(1+s) + i)
+			if err != nil {
+				return nil, t.deviceErr("read optimizer state", p, err)
+			}
+			c.Tensors[slot+"/"+p.Name] = h
+		}
+	}
+	return c, nil
+}
+
+// Restore replaces the weights, optimizer state and update count with a
+// checkpoint's. A checkpoint of another model or configuration is a
+// *train.MismatchError naming what differs; one that lacks a tensor or
+// holds one of another shape is an *InputError. On error nothing changes.
+func (t *Trainer) Restore(ctx context.Context, c *train.Checkpoint) error {
+	if c == nil {
+		return &errs.InputError{Name: "checkpoint", Problem: "value", Expected: "a checkpoint", Got: "nil"}
+	}
+	if err := c.Check(t.modelDigest, t.cfg); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.usable(ctx); err != nil {
+		return err
+	}
+	want := map[string]ir.Shape{}
+	var order []string
+	for _, p := range t.params {
+		want["weight/"+p.Name] = p.Shape
+		order = append(order, "weight/"+p.Name)
+	}
+	for _, slot := range t.slots {
+		for _, p := range t.params {
+			want[slot+"/"+p.Name] = p.Shape
+			order = append(order, slot+"/"+p.Name)
+		}
+	}
+	for _, name := range order {
+		h := c.Tensors[name]
+		if h == nil || !h.Shape().Equal(want[name]) {
+			got := "none"
+			if h != nil {
+				got = h.Shape().String()
+			}
+			return &errs.InputError{Name: name, Problem: "shape", Expected: want[name].String() + " in the checkpoint", Got: got}
+		}
+	}
+	placed := make([]*ir.Tensor, 0, len(order))
+	for _, name := range order {
+		d, err := ir.ToDevice(c.Tensors[name], t.b.drv.Engine(), t.dev)
+		if err != nil {
+			freeAll(placed)
+			return &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "restore", Err: fmt.Errorf("%s: %w", name, err)}
+		}
+		placed = append(placed, d)
+	}
+	n := len(t.params)
+	old := t.weights
+	t.weights = placed[:n]
+	for s := range t.state {
+		old = append(old, t.state[s]...)
+		t.state[s] = placed[n*(1+s) : n*(2+s)]
+	}
+	freeAll(old)
+	t.updates = c.Step
+	if t.mesh != nil {
+		return t.replicate()
+	}
+	return nil
+}
+
+// Export writes a copy of the model's ONNX file at path whose trainable
+// initializers hold the trained values (train.ExportONNX: same names,
+// dtypes and graph; external data stays external; written atomically).
+func (t *Trainer) Export(ctx context.Context, path string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	w, err := t.Weights()
+	if err != nil {
+		return err
+	}
+	return train.ExportONNX(t.m.path, path, w)
+}
+
+// Close releases the weights, the optimizer state and the compiled
+// programs. It is idempotent.
+func (t *Trainer) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.release()
+	return nil
+}
+
+func (t *Trainer) release() {
+	t.mesh.release()
+	freeAll(t.weights)
+	for _, s := range t.state {
+		freeAll(s)
+	}
+	t.weights, t.state = nil, nil
+	keys := make([]string, 0, len(t.execs))
+	for k := range t.execs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		_ = t.execs[k].exe.Close()
+		delete(t.execs, k)
+	}
+}
+
+func freeAll(ts []*ir.Tensor) {
+	for _, x := range ts {
+		if x != nil {
+			_ = x.FinalizeAll()
+		}
+	}
+}
+
+// hostCopy copies a (device) tensor's value into a new host tensor.
+func hostCopy(t *ir.Tensor) (*ir.Tensor, error) {
+	var out *ir.Tensor
+	var cerr error
+	err := t.ConstBytes(func(data []byte) {
+		out, cerr = ir.TensorFromBytes(t.DType(), t.Shape().Dimensions, append([]byte(nil), data...))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, cerr
+}
+
+// hostScalar reads a float32 scalar result and frees it.
+func hostScalar(t *ir.Tensor) (float64, error) {
+	defer func() { _ = t.FinalizeAll() }()
+	var v float64
+	err := t.ConstFlatData(func(flat any) {
+		if f, ok := flat.([]float32); ok && len(f) == 1 {
+			v = float64(f[0])
+		}
+	})
+	return v, err
+}
+
+// runKeep runs the executable on device dev and returns its outputs as
+// device tensors the caller owns (Run downloads them instead): a training
+// step's new weights and optimizer state stay where the next step reads
+// them. Inputs are lent, not donated.
+func (e *Executable) runKeep(ctx context.Context, dev int, inputs []*ir.Tensor) (outs []*ir.Tensor, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(inputs) != len(e.inputs) {
+		return nil, &errs.InputError{Name: e.name, Problem: "count", Expected: fmt.Sprintf("%d inputs", len(e.inputs)), Got: fmt.Sprint(len(inputs))}
+	}
+	for i, t := range inputs {
+		if !t.Shape().Equal(e.inputs[i]) {
+			return nil, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "shape", Expected: e.inputs[i].String(), Got: t.Shape().String()}
+		}
+	}
+	if err := e.b.begin("run"); err != nil {
+		return nil, err
+	}
+	defer e.b.end()
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.g == nil {
+		return nil, &errs.Error{Kind: errs.FailedPrecondition, Backend: e.b.Name(), Op: "run", Err: ErrClosed}
+	}
+	defer recoverRunning(&err, e.b.Name(), e.name)
+	eng := e.b.drv.Engine()
+	bufs := make([]ir.Buffer, len(inputs))
+	owned := make([]bool, len(inputs))
+	defer func() {
+		for i, b := range bufs {
+			if owned[i] {
+				_ = ir.FreeBuffer(eng, b)
+			}
+		}
+	}()
+	for i, t := range inputs {
+		b, own, err := ir.DeviceBuffer(eng, dev, t)
+		if err != nil {
+			return nil, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "value", Expected: "a tensor readable on the host or on this device", Got: err.Error()}
+		}
+		bufs[i], owned[i] = b, own
+	}
+	all, err := ir.RunOnDevice(e.g, dev, bufs)
+	if err != nil {
+		return nil, classify(err, e.b.Name(), fmt.Sprintf("running %q", e.name))
+	}
+	outs = make([]*ir.Tensor, len(e.outPos))
+	used := make([]bool, len(all))
+	for i, j := range e.outPos {
+		if used[j] { // the same node returned twice: each caller-owned output gets its own copy
+			c, err := hostCopy(all[j])
+			if err != nil {
+				freeAll(all)
+				freeAll(outs)
+				return nil, err
+			}
+			outs[i] = c
+			continue
+		}
+		outs[i] = all[j]
+		used[j] = true
+	}
+	for j, t := range all {
+		if !used[j] {
+			_ = t.FinalizeAll()
+		}
+	}
+	return outs, nil
+}

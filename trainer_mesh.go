@@ -1,0 +1,452 @@
+package tensorbridge
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/distributed"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+
+	"github.com/tensorbridge/tensorbridge/errs"
+	"github.com/tensorbridge/tensorbridge/ir"
+	"github.com/tensorbridge/tensorbridge/onnx"
+	"github.com/tensorbridge/tensorbridge/shard"
+)
+
+// Data-parallel training (Config.Mesh "data=D").
+//
+// The step program is the one-device program (Trainer.buildProgram) built
+// as one SPMD program over D devices with XLA's partitioner (Shardy, as
+// shard.Build does for inference): the batch inputs are split over the
+// data axis on their first dimension, the weights, optimizer state and
+// hyper-parameters replicated. The program's semantics are the global
+// batch's, so the loss is the mean over all D shards and the partitioner
+// inserts the all-reduce of the gradients; every device then applies the
+// same update to its replica. Each device holds a full replica of the
+// weights and optimizer state (device 0's are Trainer.weights and
+// Trainer.state, the others trainMesh.replicas), kept on the devices
+// between steps. Tensor parallelism and fsdp are refused (not built yet).
+
+// trainMesh is a data-parallel trainer's mesh state.
+type trainMesh struct {
+	mesh shard.Mesh
+	dm   *distributed.DeviceMesh
+	// replicas[d-1] are device d's weights then optimizer state (argument
+	// order: weights, then per slot per weight), d = 1..D-1.
+	replicas [][]*ir.Tensor
+	execs    map[string]*meshExec
+	// fsdp: weights and optimizer state are split over the data axis
+	// (splits, per stored argument); otherwise replicated.
+	fsdp   bool
+	splits []shard.Plan
+}
+
+// meshExec is a compiled data-parallel step for one input shape.
+type meshExec struct {
+	*trainExec
+	g      *ir.Graph
+	splits []shard.Plan // per argument
+	run    sync.Mutex   // GoMLX graphs: one execution at a time
+}
+
+// newTrainMesh checks the mesh against the backend and the batch.
+func newTrainMesh(b *Backend, mesh shard.Mesh, batch int, strategy string) (*trainMesh, error) {
+	if mesh.Model > 1 {
+		return nil, &errs.UnsupportedError{What: "feature", Name: "--mesh " + mesh.String(),
+			Detail: "a model axis (tensor-parallel training) is not implemented; use data=D"}
+	}
+	if n := mesh.Devices(); n > len(b.devices) {
+		return nil, &errs.Error{Kind: errs.InvalidArgument, Backend: b.Name(), Op: "new trainer",
+			Err: fmt.Errorf("mesh %s needs %d devices, the backend has %d", mesh, n, len(b.devices))}
+	}
+	if batch%mesh.Data != 0 {
+		return nil, &errs.InputError{Name: "batch", Problem: "value",
+			Expected: fmt.Sprintf("a multiple of the data axis (%d)", mesh.Data), Got: fmt.Sprint(batch)}
+	}
+	dm, err := distributed.NewDeviceMesh([]int{mesh.Data, mesh.Model}, []string{shard.Data, shard.Model})
+	if err != nil {
+		return nil, err
+	}
+	return &trainMesh{mesh: mesh, dm: dm, execs: map[string]*meshExec{}, fsdp: strategy == "fsdp"}, nil
+}
+
+// planStorage decides how each stored argument (weights, then optimizer
+// state per slot) lies over the mesh: replicated (dp), or with fsdp split
+// over the data axis along its first dimension the axis divides
+// (replicated when none does).
+func (t *Trainer) planStorage() {
+	tm := t.mesh
+	tm.splits = nil
+	for range 1 + len(t.slots) {
+		for _, p := range t.params {
+			pl := make(shard.Plan, p.Shape.Rank())
+			if tm.fsdp {
+				for a, d := range p.Shape.Dimensions {
+					if d%tm.mesh.Data == 0 {
+						pl[a] = shard.Data
+						break
+					}
+				}
+			}
+			tm.splits = append(tm.splits, pl)
+		}
+	}
+}
+
+// devices returns the tensors device 0 holds, in argument order.
+func (t *Trainer) deviceZero() []*ir.Tensor {
+	out := append([]*ir.Tensor(nil), t.weights...)
+	for _, s := range t.state {
+		out = append(out, s...)
+	}
+	return out
+}
+
+// replicate spreads device 0's weights and state, which hold the whole
+// values, over the mesh: copies on every other device (dp), or with fsdp
+// one shard per device (device 0's whole tensors replaced by its shards).
+// The other devices' old tensors are freed. On error nothing changes.
+func (t *Trainer) replicate() error {
+	tm := t.mesh
+	if tm.splits == nil {
+		t.planStorage()
+	}
+	src := t.deviceZero()
+	zero := make([]*ir.Tensor, len(src))
+	next := make([][]*ir.Tensor, tm.mesh.Data-1)
+	fail := func(err error) error {
+		for _, r := range next {
+			freeAll(r)
+		}
+		for i, z := range zero {
+			if z != nil && z != src[i] {
+				_ = z.FinalizeAll()
+			}
+		}
+		return &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "replicate weights", Err: err}
+	}
+	l := shard.Layout{Mesh: tm.dm}
+	for i, x := range src {
+		h, err := hostCopy(x)
+		if err != nil {
+			return fail(err)
+		}
+		parts := make([]*ir.Tensor, tm.mesh.Data)
+		for d := range parts {
+			parts[d] = h
+		}
+		if tm.splits[i].Split() {
+			spec, err := l.Spec(tm.splits[i])
+			if err != nil {
+				return fail(err)
+			}
+			dt, err := distributed.ShardTensor(spec, h)
+			if err != nil {
+				return fail(err)
+			}
+			copy(parts, dt.Shards())
+		}
+		zero[i] = x
+		if tm.splits[i].Split() {
+			if zero[i], err = ir.ToDevice(parts[0], t.b.drv.Engine(), 0); err != nil {
+				return fail(err)
+			}
+		}
+		for d := 1; d < tm.mesh.Data; d++ {
+			r, err := ir.ToDevice(parts[d], t.b.drv.Engine(), d)
+			if err != nil {
+				return fail(err)
+			}
+			next[d-1] = append(next[d-1], r)
+		}
+	}
+	for _, r := range tm.replicas {
+		freeAll(r)
+	}
+	tm.replicas = next
+	var old []*ir.Tensor
+	for i := range src {
+		if zero[i] != src[i] {
+			old = append(old, src[i])
+		}
+	}
+	t.setDeviceZero(zero)
+	freeAll(old)
+	return nil
+}
+
+// setDeviceZero replaces device 0's weights and state (deviceZero order).
+func (t *Trainer) setDeviceZero(ts []*ir.Tensor) {
+	n := len(t.params)
+	t.weights = ts[:n]
+	for s := range t.state {
+		t.state[s] = ts[n*(1+s) : n*(2+s)]
+	}
+}
+
+// hostArg returns stored argument i's whole value on the host (with fsdp,
+// its shards gathered from the devices).
+func (t *Trainer) hostArg(i int) (*ir.Tensor, error) {
+	x := t.deviceZero()[i]
+	if t.mesh == nil || !t.mesh.splits[i].Split() {
+		return hostCopy(x)
+	}
+	tm := t.mesh
+	shards := make([]*ir.Tensor, tm.mesh.Data)
+	var err error
+	if shards[0], err = hostCopy(x); err != nil {
+		return nil, err
+	}
+	for d := 1; d < tm.mesh.Data; d++ {
+		if shards[d], err = hostCopy(tm.replicas[d-1][i]); err != nil {
+			return nil, err
+		}
+	}
+	l := shard.Layout{Mesh: tm.dm}
+	spec, err := l.Spec(tm.splits[i])
+	if err != nil {
+		return nil, err
+	}
+	dt, err := distributed.NewTensor(spec, shards)
+	if err != nil {
+		return nil, err
+	}
+	return dt.Merge()
+}
+
+func (tm *trainMesh) release() {
+	if tm == nil {
+		return
+	}
+	for _, r := range tm.replicas {
+		freeAll(r)
+	}
+	tm.replicas = nil
+	for k, e := range tm.execs {
+		e.run.Lock()
+		safeFinalize(e.g)
+		e.g = nil
+		e.run.Unlock()
+		delete(tm.execs, k)
+	}
+}
+
+// meshExec returns the compiled data-parallel step for this micro-batch's
+// shapes (per-device shapes are the global ones split on the data axis).
+func (t *Trainer) meshExec(ctx context.Context, mb map[string]*ir.Tensor, k int) (*meshExec, error) {
+	for name, v := range mb {
+		if d := v.Shape().Dimensions[0]; d%t.mesh.mesh.Data != 0 {
+			return nil, &errs.InputError{Name: name, Problem: "shape",
+				Expected: fmt.Sprintf("a batch the data axis (%d devices) divides", t.mesh.mesh.Data), Got: fmt.Sprint(d)}
+		}
+	}
+	inputs := map[string]*ir.Tensor{}
+	for _, s := range t.m.m.Inputs() {
+		inputs[s.Name] = mb[s.Name]
+	}
+	shapes, values, err := t.m.checkInputs(inputs)
+	if err != nil {
+		return nil, err
+	}
+	var target *onnx.Param
+	if l := t.cfg.Loss; l.Target != "" {
+		target = &onnx.Param{Name: l.Target, Shape: mb[l.Target].Shape()}
+	}
+	key := fmt.Sprintf("k=%d %s", k, specialisationKey(shapes, values))
+	if target != nil {
+		key += " target=" + target.Shape.String()
+	}
+	if e, ok := t.mesh.execs[key]; ok {
+		return e, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	plan, err := t.m.m.SpecializeStrings(shapes, values, nil, t.spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.checkGradients(plan); err != nil {
+		return nil, err
+	}
+	e := &meshExec{trainExec: &trainExec{plan: plan, params: plan.Params(), target: target}}
+	if err := t.compileMesh(e, k); err != nil {
+		return nil, err
+	}
+	t.mesh.execs[key] = e
+	return e, nil
+}
+
+// compileMesh builds the step as one SPMD program over the mesh.
+func (t *Trainer) compileMesh(e *meshExec, k int) (err error) {
+	tm := t.mesh
+	g := ir.NewGraph(t.b.drv.Engine(), "train-dp:"+t.m.path)
+	defer func() {
+		if r := recover(); r != nil {
+			err = &errs.CompileError{Backend: t.b.Name(), Program: "train-dp:" + t.m.path, Err: fmt.Errorf("%v", r)}
+		}
+		if err != nil {
+			safeFinalize(g)
+		}
+	}()
+	if err := g.SetAutoSharding(tm.dm); err != nil {
+		return err
+	}
+	devs := make([]backends.DeviceNum, tm.mesh.Devices())
+	for i := range devs {
+		devs[i] = backends.DeviceNum(i)
+	}
+	if err := g.SetDeviceAssignment(devs); err != nil {
+		return err
+	}
+	shapes := t.argShapes(e.trainExec, k, false)
+	n := len(t.params) * (1 + len(t.slots))
+	perBatch := len(shapes) - n - 1
+	l := shard.Layout{Mesh: tm.dm}
+	in := make([]*ir.Node, len(shapes))
+	for i, s := range shapes {
+		pl := make(shard.Plan, s.Rank()) // replicated
+		switch {
+		case i < n:
+			pl = tm.splits[i]
+		case i < n+perBatch:
+			pl = shard.Batch(s.Dimensions, tm.mesh.Data)
+		}
+		e.splits = append(e.splits, pl)
+		spec, err := l.Spec(pl)
+		if err != nil {
+			return err
+		}
+		in[i] = graph.ShardedParameter(g, fmt.Sprintf("arg%d", i), s, spec)
+	}
+	outs, err := t.buildProgram(g, in, e.trainExec, k, false)
+	if err != nil {
+		return err
+	}
+	specs := make([]*distributed.ShardingSpec, len(outs))
+	for i, o := range outs {
+		pl := make(shard.Plan, o.Rank())
+		if i < n {
+			pl = tm.splits[i]
+		}
+		if specs[i], err = l.Spec(pl); err != nil {
+			return err
+		}
+	}
+	g.CompileWithSharding(outs, specs)
+	e.g = g
+	return nil
+}
+
+// stepMesh runs one data-parallel step: args are the one-device program's
+// (argShapes order, device 0's weights and state); it splits the batch
+// arguments over the devices, runs, and keeps every device's new weights
+// and state. It returns the loss and gradient norm tensors (device 0's)
+// and the time inside the program.
+func (t *Trainer) stepMesh(e *meshExec, args []*ir.Tensor) (loss, norm *ir.Tensor, ran time.Duration, err error) {
+	tm := t.mesh
+	D := tm.mesh.Data
+	n := len(t.params) * (1 + len(t.slots))
+	per := len(args)
+	all := make([]any, per*D)
+	var temps []*ir.Tensor
+	defer func() { freeAll(temps) }()
+	l := shard.Layout{Mesh: tm.dm}
+	for i, a := range args {
+		switch {
+		case i < n:
+			all[i] = a
+			for d := 1; d < D; d++ {
+				all[d*per+i] = tm.replicas[d-1][i]
+			}
+		case e.splits[i].Split():
+			spec, err := l.Spec(e.splits[i])
+			if err != nil {
+				return nil, nil, 0, err
+			}
+			dt, err := distributed.ShardTensor(spec, a)
+			if err != nil {
+				return nil, nil, 0, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "shape", Expected: "a batch the data axis divides", Got: err.Error()}
+			}
+			for d, sh := range dt.Shards() {
+				c, err := sh.LocalClone()
+				if err != nil {
+					return nil, nil, 0, err
+				}
+				temps = append(temps, c)
+				all[d*per+i] = c
+			}
+		default: // replicated host values (the hyper-parameters): a copy per device, since GoMLX moves a host tensor to the device of its first use
+			for d := range D {
+				c, err := a.LocalClone()
+				if err != nil {
+					return nil, nil, 0, err
+				}
+				temps = append(temps, c)
+				all[d*per+i] = c
+			}
+		}
+	}
+	start := time.Now()
+	res, err := e.execute(t.b.Name(), all)
+	ran = time.Since(start)
+	if err != nil {
+		return nil, nil, ran, err
+	}
+	outs := len(res) / D
+	if outs != n+2 {
+		freeAll(res)
+		return nil, nil, ran, &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "train step",
+			Err: fmt.Errorf("%d results from %d devices, want %d each", len(res), D, n+2)}
+	}
+	// Device 0's new weights and state replace Trainer's; the others the replicas.
+	old := t.deviceZero()
+	nw := len(t.params)
+	t.weights = res[:nw]
+	for s := range t.state {
+		t.state[s] = res[nw*(1+s) : nw*(2+s)]
+	}
+	for d := 1; d < D; d++ {
+		old = append(old, tm.replicas[d-1]...)
+		tm.replicas[d-1] = res[d*outs : d*outs+n]
+		freeAll(res[d*outs+n : (d+1)*outs]) // their loss and norm: device 0's are read
+	}
+	freeAll(old)
+	return res[n], res[n+1], ran, nil
+}
+
+func (e *meshExec) execute(backend string, args []any) (res []*ir.Tensor, err error) {
+	e.run.Lock()
+	defer e.run.Unlock()
+	if e.g == nil {
+		return nil, &errs.Error{Kind: errs.FailedPrecondition, Backend: backend, Op: "train step", Err: ErrClosed}
+	}
+	defer recoverInto(&err, backend, "running a data-parallel training step")
+	return e.g.Run(args...), nil
+}
+
+// evalWeights returns device 0's whole weights for the one-device
+// evaluation program, and a function freeing what it placed: with fsdp
+// the shards are gathered on the host and placed whole for the call.
+func (t *Trainer) evalWeights() ([]*ir.Tensor, func(), error) {
+	if t.mesh == nil || !t.mesh.fsdp {
+		return t.weights, func() {}, nil
+	}
+	var placed []*ir.Tensor
+	for i := range t.params {
+		h, err := t.hostArg(i)
+		if err == nil {
+			var d *ir.Tensor
+			if d, err = ir.ToDevice(h, t.b.drv.Engine(), 0); err == nil {
+				placed = append(placed, d)
+				continue
+			}
+		}
+		freeAll(placed)
+		return nil, nil, &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "eval", Err: err}
+	}
+	return placed, func() { freeAll(placed) }, nil
+}
