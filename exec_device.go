@@ -1,0 +1,78 @@
+package tensorbridge
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/tensorbridge/tensorbridge/errs"
+	"github.com/tensorbridge/tensorbridge/ir"
+)
+
+// RunOnDevice executes on device dev and returns every output as a tensor
+// that stays on the device, owned by the caller (FinalizeAll frees it):
+// state carried from one run to the next (a KV cache) never crosses to the
+// host. Inputs on the device are lent, host inputs are copied for the run.
+// Inputs are checked as in RunOn.
+func (e *Executable) RunOnDevice(ctx context.Context, dev int, inputs ...*ir.Tensor) (outs []*ir.Tensor, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(inputs) != len(e.inputs) {
+		return nil, &errs.InputError{Name: e.name, Problem: "count",
+			Expected: fmt.Sprintf("%d inputs", len(e.inputs)), Got: fmt.Sprint(len(inputs))}
+	}
+	for i, t := range inputs {
+		if t == nil {
+			return nil, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "value", Expected: "a tensor", Got: "nil"}
+		}
+		if got := t.Shape(); !got.Equal(e.inputs[i]) {
+			return nil, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "shape",
+				Expected: e.inputs[i].String(), Got: got.String()}
+		}
+	}
+	if dev < 0 || dev >= len(e.b.devices) {
+		return nil, &errs.Error{Kind: errs.InvalidArgument, Backend: e.b.Name(), Op: "run",
+			Err: fmt.Errorf("device %d out of range: the backend has %d device(s)", dev, len(e.b.devices))}
+	}
+	if err := e.b.begin("run"); err != nil {
+		return nil, err
+	}
+	defer e.b.end()
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.g == nil {
+		return nil, &errs.Error{Kind: errs.FailedPrecondition, Backend: e.b.Name(), Op: "run", Err: ErrClosed}
+	}
+	defer recoverRunning(&err, e.b.Name(), e.name)
+	eng := e.b.drv.Engine()
+	bufs := make([]ir.Buffer, len(inputs))
+	owned := make([]bool, len(inputs))
+	defer func() {
+		for i, b := range bufs {
+			if owned[i] {
+				_ = ir.FreeBuffer(eng, b)
+			}
+		}
+	}()
+	for i, t := range inputs {
+		b, own, err := ir.DeviceBuffer(eng, dev, t)
+		if err != nil {
+			return nil, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "value", Expected: "a tensor readable on the host or on this device", Got: err.Error()}
+		}
+		bufs[i], owned[i] = b, own
+	}
+	all := e.g.RunWithBuffers(bufs, make([]bool, len(bufs)), backends.DeviceNum(dev))
+	outs = make([]*ir.Tensor, len(e.outPos))
+	used := make([]bool, len(all))
+	for i, j := range e.outPos {
+		outs[i] = all[j]
+		used[j] = true
+	}
+	for j, t := range all {
+		if !used[j] {
+			_ = t.FinalizeAll()
+		}
+	}
+	return outs, nil
+}

@@ -1,0 +1,588 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tensorbridge/tensorbridge"
+	"github.com/tensorbridge/tensorbridge/ir"
+)
+
+// SamplingParams choose how each token is drawn. The zero value is greedy.
+type SamplingParams struct {
+	Temperature float32 // 0: greedy (argmax)
+	TopK        int     // 0: off
+	TopP        float32 // 0 or 1: off
+	MinP        float32 // 0: off
+	Seed        uint32
+}
+
+// Request is one generation.
+type Request struct {
+	Prompt    []int
+	MaxTokens int // 0: up to the context length
+	Sampling  SamplingParams
+	// StopIDs end the sequence (besides the model's end-of-sequence ids
+	// unless IgnoreEOS); the stop token is reported.
+	StopIDs   []int
+	IgnoreEOS bool
+	// StopStrings end the sequence when the detokenized text contains one;
+	// the text is cut before it. They need EngineOptions.NewDetokenizer.
+	StopStrings []string
+}
+
+// Token is one event of a generation's stream. A token has ID >= 0; the
+// last event has Finish set ("stop", "length", "cancelled" or "error",
+// with Err) and ID -1, and may carry text held back until the end.
+type Token struct {
+	ID      int
+	Text    string
+	Logprob float32
+	Finish  string
+	Err     error
+}
+
+// Detokenizer turns ids into text incrementally (llm/tokenizer's
+// StreamDecoder).
+type Detokenizer interface {
+	Add(id int) string
+	Flush() string
+}
+
+// ErrQueueFull is returned by Generate when the wait queue is full.
+var ErrQueueFull = errors.New("llm: the request queue is full")
+
+// ErrEngineClosed is returned by Generate after Close.
+var ErrEngineClosed = errors.New("llm: the engine is closed")
+
+// RequestError says a request cannot be run (its prompt or max_tokens
+// against the model's context).
+type RequestError struct{ Problem string }
+
+func (e *RequestError) Error() string { return "llm: " + e.Problem }
+
+// EngineOptions size an Engine.
+type EngineOptions struct {
+	// KVCacheBytes caps the KV cache; 0: 512 MiB on CPU backends, else
+	// what the memory budget leaves after the weights.
+	KVCacheBytes int64
+	// MaxSequences caps the slots (concurrent sequences); 0: 16.
+	MaxSequences int
+	// MaxQueue bounds the requests waiting for a slot; 0: 64.
+	MaxQueue int
+	// MinPrefill is the smallest prompt bucket; 0: 16. Buckets are powers
+	// of two from it up to the context length.
+	MinPrefill int
+	// PrefillBuckets, when set, are the prompt buckets instead (each at
+	// most the context length; a longer prompt is refused).
+	PrefillBuckets []int
+	// NewDetokenizer makes a detokenizer per request (for Token.Text and
+	// stop strings); nil: no text.
+	NewDetokenizer func() Detokenizer
+}
+
+// Engine runs generations on a Model with continuous batching: one
+// goroutine owns the KV cache and the programs, prefills new requests
+// between decode steps and runs every active sequence in one decode step.
+type Engine struct {
+	m          *Model
+	opts       EngineOptions
+	slots      int
+	cacheShape ir.Shape
+	kc, vc     *ir.Tensor
+	prefill    map[int]*tensorbridge.Executable
+	pBuckets   []int
+	decode     map[int]*tensorbridge.Executable
+	dBuckets   []int
+	compiles   atomic.Int64
+	scatter    bool // cache writes by ScatterUpdate (cpu backend)
+
+	queue   chan *seq
+	closing chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+// seq is one request in the engine.
+type seq struct {
+	ctx     context.Context
+	req     Request
+	out     chan Token
+	slot    int
+	pos     int // position of the next token to feed
+	last    int // the token to feed next
+	n       int // tokens generated
+	max     int
+	detok   Detokenizer
+	text    strings.Builder // text not yet sent (stop-string hold-back)
+	stopAll []int
+}
+
+// NewEngine sizes the KV cache, compiles and warms every program, and
+// starts the engine. It reports its capacity through Capacity.
+func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err error) {
+	c := m.Config
+	perTok := int64(2 * c.Layers * c.KVHeads * c.HeadDim * m.dtype.Size())
+	perSlot := perTok * int64(m.maxContext)
+	budget := o.KVCacheBytes
+	if budget == 0 {
+		budget = 512 << 20
+		if !isCPU(m.b) {
+			bud, err := m.b.Budget(ctx)
+			if err != nil {
+				return nil, err
+			}
+			budget = int64(bud.Available)
+		}
+	}
+	maxSeq := o.MaxSequences
+	if maxSeq <= 0 {
+		maxSeq = 16
+	}
+	slots := int(budget/perSlot) - 1 // one scratch slot for padding rows
+	if slots > maxSeq {
+		slots = maxSeq
+	}
+	if slots < 1 {
+		return nil, fmt.Errorf("llm: the KV cache budget (%d bytes) holds no sequence of %d tokens (%d bytes each, plus one scratch slot)", budget, m.maxContext, perSlot)
+	}
+	if o.MaxQueue <= 0 {
+		o.MaxQueue = 64
+	}
+	if o.MinPrefill <= 0 {
+		o.MinPrefill = 16
+	}
+	en := &Engine{m: m, opts: o, slots: slots, prefill: map[int]*tensorbridge.Executable{}, decode: map[int]*tensorbridge.Executable{},
+		queue: make(chan *seq, o.MaxQueue), closing: make(chan struct{}), done: make(chan struct{})}
+	en.cacheShape = ir.MakeShape(m.dtype, slots+1, m.maxContext, c.Layers, c.KVHeads, c.HeadDim)
+	en.scatter = m.b.Name() == "cpu"
+	defer func() {
+		if err != nil {
+			en.release()
+		}
+	}()
+	e = en
+	if err := en.allocCache(); err != nil {
+		return nil, err
+	}
+	for _, p := range o.PrefillBuckets {
+		if p < 1 || p > m.maxContext {
+			return nil, fmt.Errorf("llm: prefill bucket %d outside 1..%d", p, m.maxContext)
+		}
+	}
+	en.pBuckets = slices.Sorted(slices.Values(o.PrefillBuckets))
+	for p := o.MinPrefill; len(o.PrefillBuckets) == 0; p *= 2 {
+		if p > m.maxContext {
+			p = m.maxContext
+		}
+		en.pBuckets = append(en.pBuckets, p)
+		if p == m.maxContext {
+			break
+		}
+	}
+	for b := 1; ; b *= 2 {
+		if b > slots {
+			b = slots
+		}
+		en.dBuckets = append(en.dBuckets, b)
+		if b == slots {
+			break
+		}
+	}
+	if err := en.warmUp(ctx); err != nil {
+		return nil, err
+	}
+	go en.loop()
+	return en, nil
+}
+
+func isCPU(b *tensorbridge.Backend) bool {
+	n := b.Name()
+	return n == "cpu" || n == "xla-cpu"
+}
+
+// allocCache places zeroed K and V caches on the device.
+func (e *Engine) allocCache() error {
+	for _, p := range []**ir.Tensor{&e.kc, &e.vc} {
+		h, err := ir.NewHostTensor(e.cacheShape.DType, e.cacheShape.Dimensions...)
+		if err != nil {
+			return err
+		}
+		t, err := ir.ToDevice(h, e.m.b.Engine(), 0)
+		_ = h.FinalizeAll()
+		if err != nil {
+			return fmt.Errorf("llm: placing the KV cache %s: %w", e.cacheShape, err)
+		}
+		*p = t
+	}
+	return nil
+}
+
+// warmUp compiles every bucket and runs each once on the scratch slot.
+func (e *Engine) warmUp(ctx context.Context) error {
+	scratch := e.slots
+	for _, p := range e.pBuckets {
+		exe, err := e.compilePrefill(ctx, p)
+		if err != nil {
+			return err
+		}
+		e.prefill[p] = exe
+		if _, _, err := e.runPrefill(ctx, exe, p, []int{0}, scratch, row{}); err != nil {
+			return fmt.Errorf("llm: warming prefill %d: %w", p, err)
+		}
+	}
+	for _, b := range e.dBuckets {
+		exe, err := e.compileDecode(ctx, b)
+		if err != nil {
+			return err
+		}
+		e.decode[b] = exe
+		if _, _, err := e.runDecode(ctx, exe, b, nil); err != nil {
+			return fmt.Errorf("llm: warming decode %d: %w", b, err)
+		}
+	}
+	return nil
+}
+
+// Capacity reports the KV cache's size: concurrent sequences and tokens
+// per sequence, and its bytes.
+func (e *Engine) Capacity() (sequences, tokensPerSequence int, bytes int64) {
+	return e.slots, e.m.maxContext, 2 * int64(e.cacheShape.Size()) * int64(e.cacheShape.DType.Size())
+}
+
+// Compiles counts the programs the engine compiled; it does not change
+// after NewEngine returns.
+func (e *Engine) Compiles() int64 { return e.compiles.Load() }
+
+// Ready reports whether the engine takes requests (always true once
+// NewEngine returned, until Close).
+func (e *Engine) Ready() bool {
+	select {
+	case <-e.closing:
+		return false
+	default:
+		return true
+	}
+}
+
+// Generate queues a request and returns its token stream, which ends
+// with an event whose Finish is set, then is closed. Cancelling ctx ends
+// the sequence and frees its slot at the next step.
+func (e *Engine) Generate(ctx context.Context, r Request) (<-chan Token, error) {
+	if len(r.Prompt) == 0 {
+		return nil, &RequestError{Problem: "empty prompt"}
+	}
+	if len(r.Prompt) > e.pBuckets[len(e.pBuckets)-1] || len(r.Prompt) >= e.m.maxContext {
+		return nil, &RequestError{Problem: fmt.Sprintf("prompt of %d tokens leaves no room in the %d-token context", len(r.Prompt), e.m.maxContext)}
+	}
+	if r.MaxTokens < 0 {
+		return nil, &RequestError{Problem: "max_tokens is negative"}
+	}
+	for _, id := range append(slices.Clone(r.Prompt), r.StopIDs...) {
+		if id < 0 || id >= e.m.Config.Vocab {
+			return nil, &RequestError{Problem: fmt.Sprintf("token id %d outside the vocabulary (%d)", id, e.m.Config.Vocab)}
+		}
+	}
+	room := e.m.maxContext - len(r.Prompt)
+	max := r.MaxTokens
+	if max == 0 || max > room {
+		max = room
+	}
+	s := &seq{ctx: ctx, req: r, out: make(chan Token, max+2), max: max}
+	s.stopAll = slices.Clone(r.StopIDs)
+	if !r.IgnoreEOS {
+		s.stopAll = append(s.stopAll, e.m.Config.EOS...)
+	}
+	if e.opts.NewDetokenizer != nil {
+		s.detok = e.opts.NewDetokenizer()
+	}
+	select {
+	case <-e.closing:
+		return nil, ErrEngineClosed
+	default:
+	}
+	select {
+	case e.queue <- s:
+		return s.out, nil
+	default:
+		return nil, ErrQueueFull
+	}
+}
+
+// Close stops the engine: running and queued sequences end with
+// "cancelled", then programs and the cache are freed.
+func (e *Engine) Close() error {
+	e.once.Do(func() {
+		close(e.closing)
+		<-e.done
+		e.release()
+	})
+	return nil
+}
+
+func (e *Engine) release() {
+	for _, x := range e.prefill {
+		_ = x.Close()
+	}
+	for _, x := range e.decode {
+		_ = x.Close()
+	}
+	e.prefill, e.decode = nil, nil
+	for _, t := range []*ir.Tensor{e.kc, e.vc} {
+		if t != nil {
+			_ = t.FinalizeAll()
+		}
+	}
+	e.kc, e.vc = nil, nil
+}
+
+// loop is the engine's goroutine.
+func (e *Engine) loop() {
+	defer close(e.done)
+	free := make([]int, 0, e.slots)
+	for i := e.slots - 1; i >= 0; i-- {
+		free = append(free, i)
+	}
+	var active []*seq
+	ctx := context.Background()
+	finish := func(s *seq, why string, err error) {
+		text := ""
+		if s.detok != nil && why != "cancelled" && why != "error" {
+			text = s.text.String() + s.detok.Flush()
+			text = cutStop(text, s.req.StopStrings)
+		}
+		s.out <- Token{ID: -1, Text: text, Finish: why, Err: err}
+		close(s.out)
+		free = append(free, s.slot)
+	}
+	for {
+		// Admit waiting requests while slots are free.
+		for len(free) > 0 {
+			var s *seq
+			if len(active) == 0 {
+				select {
+				case s = <-e.queue:
+				case <-e.closing:
+					e.drain(active)
+					return
+				}
+			} else {
+				select {
+				case s = <-e.queue:
+				default:
+				}
+			}
+			if s == nil {
+				break
+			}
+			if s.ctx.Err() != nil {
+				s.out <- Token{ID: -1, Finish: "cancelled", Err: s.ctx.Err()}
+				close(s.out)
+				continue
+			}
+			s.slot, free = free[len(free)-1], free[:len(free)-1]
+			p := e.bucketFor(len(s.req.Prompt))
+			tok, lp, err := e.runPrefill(ctx, e.prefill[p], p, s.req.Prompt, s.slot, row{s: s.req.Sampling})
+			if err != nil {
+				finish(s, "error", err)
+				continue
+			}
+			s.pos = len(s.req.Prompt)
+			if why := e.emit(s, tok, lp); why != "" {
+				finish(s, why, nil)
+				continue
+			}
+			active = append(active, s)
+		}
+		select {
+		case <-e.closing:
+			e.drain(active)
+			return
+		default:
+		}
+		// Drop cancelled sequences.
+		kept := active[:0]
+		for _, s := range active {
+			if s.ctx.Err() != nil {
+				finish(s, "cancelled", s.ctx.Err())
+				continue
+			}
+			kept = append(kept, s)
+		}
+		active = kept
+		if len(active) == 0 {
+			continue
+		}
+		b := e.decodeBucket(len(active))
+		rows := make([]row, len(active))
+		for i, s := range active {
+			rows[i] = row{token: s.last, pos: s.pos, slot: s.slot, s: s.req.Sampling, index: s.n}
+		}
+		toks, lps, err := e.runDecode(ctx, e.decode[b], b, rows)
+		kept = active[:0]
+		for i, s := range active {
+			if err != nil {
+				finish(s, "error", err)
+				continue
+			}
+			s.pos++
+			if why := e.emit(s, toks[i], lps[i]); why != "" {
+				finish(s, why, nil)
+				continue
+			}
+			kept = append(kept, s)
+		}
+		active = kept
+	}
+}
+
+// drain ends every running and queued sequence on Close.
+func (e *Engine) drain(active []*seq) {
+	for _, s := range active {
+		s.out <- Token{ID: -1, Finish: "cancelled", Err: ErrEngineClosed}
+		close(s.out)
+	}
+	for {
+		select {
+		case s := <-e.queue:
+			s.out <- Token{ID: -1, Finish: "cancelled", Err: ErrEngineClosed}
+			close(s.out)
+		default:
+			return
+		}
+	}
+}
+
+// emit sends a generated token and says why the sequence ends ("" when
+// it goes on).
+func (e *Engine) emit(s *seq, id int, lp float32) string {
+	s.n++
+	s.last = id
+	stop := slices.Contains(s.stopAll, id)
+	t := Token{ID: id, Logprob: lp}
+	if s.detok != nil {
+		s.text.WriteString(s.detok.Add(id))
+		full := s.text.String()
+		if cut := cutStop(full, s.req.StopStrings); len(cut) < len(full) {
+			t.Text = cut
+			s.text.Reset()
+			s.out <- t
+			s.detok = nil // nothing more to flush
+			return "stop"
+		}
+		keep := holdBack(full, s.req.StopStrings)
+		t.Text = full[:len(full)-keep]
+		s.text.Reset()
+		s.text.WriteString(full[len(full)-keep:])
+	}
+	s.out <- t
+	switch {
+	case stop:
+		return "stop"
+	case s.n >= s.max || s.pos+1 >= e.m.maxContext:
+		return "length"
+	}
+	return ""
+}
+
+// cutStop cuts text before the first stop string it contains.
+func cutStop(text string, stops []string) string {
+	cut := len(text)
+	for _, st := range stops {
+		if st == "" {
+			continue
+		}
+		if i := strings.Index(text, st); i >= 0 && i < cut {
+			cut = i
+		}
+	}
+	return text[:cut]
+}
+
+// holdBack is how many trailing bytes of text may start a stop string and
+// must wait for the next token.
+func holdBack(text string, stops []string) int {
+	keep := 0
+	for _, st := range stops {
+		for n := min(len(st)-1, len(text)); n > keep; n-- {
+			if strings.HasSuffix(text, st[:n]) {
+				keep = n
+				break
+			}
+		}
+	}
+	return keep
+}
+
+func (e *Engine) bucketFor(n int) int {
+	for _, p := range e.pBuckets {
+		if p >= n {
+			return p
+		}
+	}
+	return e.pBuckets[len(e.pBuckets)-1]
+}
+
+func (e *Engine) decodeBucket(n int) int {
+	for _, b := range e.dBuckets {
+		if b >= n {
+			return b
+		}
+	}
+	return e.dBuckets[len(e.dBuckets)-1]
+}
+
+// runPrefill runs prompt (padded to p) into slot and samples its first token.
+func (e *Engine) runPrefill(ctx context.Context, exe *tensorbridge.Executable, p int, prompt []int, slot int, r row) (int, float32, error) {
+	ids := make([]int, p)
+	copy(ids, prompt)
+	var blocks []*ir.Tensor
+	for _, mk := range []func() (*ir.Tensor, error){
+		func() (*ir.Tensor, error) { return int32Tensor([]int{1, p}, ids) },
+		func() (*ir.Tensor, error) { return int32Tensor([]int{1}, []int{len(prompt)}) },
+		func() (*ir.Tensor, error) { return int32Tensor([]int{1}, []int{slot}) },
+	} {
+		t, err := mk()
+		if err != nil {
+			freeAll(blocks)
+			return 0, 0, err
+		}
+		blocks = append(blocks, t)
+	}
+	toks, lps, err := e.runStep(ctx, exe, blocks, []row{r}, 1)
+	if err != nil {
+		return 0, 0, err
+	}
+	return toks[0], lps[0], nil
+}
+
+// runDecode runs one decode step of rows padded to b (padding rows write
+// to the scratch slot).
+func (e *Engine) runDecode(ctx context.Context, exe *tensorbridge.Executable, b int, rows []row) ([]int, []float32, error) {
+	tok, pos, slot := make([]int, b), make([]int, b), make([]int, b)
+	for i := range b {
+		slot[i], pos[i] = e.slots, i // padding rows: distinct scratch positions
+		if i < len(rows) {
+			tok[i], pos[i], slot[i] = rows[i].token, rows[i].pos, rows[i].slot
+		}
+	}
+	var blocks []*ir.Tensor
+	for _, mk := range []func() (*ir.Tensor, error){
+		func() (*ir.Tensor, error) { return int32Tensor([]int{b, 1}, tok) },
+		func() (*ir.Tensor, error) { return int32Tensor([]int{b, 1}, pos) },
+		func() (*ir.Tensor, error) { return int32Tensor([]int{b}, slot) },
+	} {
+		t, err := mk()
+		if err != nil {
+			freeAll(blocks)
+			return nil, nil, err
+		}
+		blocks = append(blocks, t)
+	}
+	return e.runStep(ctx, exe, blocks, rows, b)
+}

@@ -1,0 +1,245 @@
+package llm
+
+import (
+	"math"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:staticcheck // graph-building code reads as math
+	"github.com/tensorbridge/tensorbridge/ir"
+)
+
+// The decoder as GoMLX graphs. One function, step, runs the layers over a
+// [B, T] block of tokens whose keys and values go into the KV cache:
+// prefill is B = 1, T = the prompt bucket (attending to the block's own
+// keys), decode is T = 1 over B sequences (attending to their cache rows).
+// Weights are graph parameters, passed as the device buffers the model
+// owns, so every program shares one copy of them.
+
+// netWeights indexes the weight parameters of a program.
+type netWeights struct {
+	c        *Config
+	p        []*Node
+	cos, sin *Node
+}
+
+func newNetWeights(c *Config, p []*Node) netWeights {
+	n := len(weightSpecs(c))
+	return netWeights{c: c, p: p[:n], cos: p[n], sin: p[n+1]}
+}
+
+// numWeightParams is the count of weight parameters including the rope tables.
+func numWeightParams(c *Config) int { return len(weightSpecs(c)) + 2 }
+
+func (w netWeights) embed() *Node { return w.p[0] }
+func (w netWeights) layer(l, i int) *Node {
+	return w.p[1+l*w.c.perLayer()+i]
+}
+func (w netWeights) norm() *Node { return w.p[1+w.c.Layers*w.c.perLayer()] }
+func (w netWeights) head() *Node {
+	if w.c.TiedEmbeddings {
+		return w.embed()
+	}
+	return w.p[2+w.c.Layers*w.c.perLayer()]
+}
+
+// Layer weight indices, in weightSpecs' order.
+const (
+	wInNorm = iota
+	wQ
+	wK
+	wV
+	wO
+	wPostNorm
+	wGate
+	wUp
+	wDown
+	wQBias // with QKVBias: q, k, v biases; then q_norm, k_norm with QKNorm
+)
+
+func (w netWeights) qkNorm(l int) (q, k *Node) {
+	base := wQBias
+	if w.c.QKVBias {
+		base += 3
+	}
+	return w.layer(l, base), w.layer(l, base+1)
+}
+
+// rmsNorm is transformers' LlamaRMSNorm: in float32, then scaled by the
+// weight in the activations' dtype.
+func rmsNorm(x, weight *Node, eps float64) *Node {
+	dt := x.DType()
+	x32 := ConvertDType(x, ir.Float32)
+	ms := ReduceAndKeep(Square(x32), ReduceMean, -1)
+	y := Mul(x32, Rsqrt(Add(ms, ConstAsDType(x.Graph(), ir.Float32, eps))))
+	return Mul(ConvertDType(y, dt), bcastLast(weight, x))
+}
+
+// bcastLast broadcasts v [n] to x's shape, whose last axis is n.
+func bcastLast(v, x *Node) *Node {
+	dims := x.Shape().Dimensions
+	ones := make([]int, len(dims))
+	for i := range ones {
+		ones[i] = 1
+	}
+	ones[len(ones)-1] = dims[len(dims)-1]
+	return BroadcastToDims(Reshape(v, ones...), dims...)
+}
+
+// linear is x [N, in] times W [out, in] transposed, plus bias when given.
+func linear(x, w, bias *Node) *Node {
+	y := Einsum("ni,oi->no", x, w)
+	if bias != nil {
+		y = Add(y, bcastLast(bias, y))
+	}
+	return y
+}
+
+// rope rotates x [B, T, heads, D] by the angles at positions [B, T]
+// (transformers' rotate_half convention).
+func rope(x, cos, sin, positions *Node) *Node {
+	dt := x.DType()
+	b, t := x.Shape().Dimensions[0], x.Shape().Dimensions[1]
+	half := x.Shape().Dimensions[3] / 2
+	idx := Reshape(positions, b*t, 1)
+	c := Reshape(Gather(cos, idx), b, t, 1, half)
+	s := Reshape(Gather(sin, idx), b, t, 1, half)
+	x32 := ConvertDType(x, ir.Float32)
+	x1 := Slice(x32, AxisRange(), AxisRange(), AxisRange(), AxisRange(0, half))
+	x2 := Slice(x32, AxisRange(), AxisRange(), AxisRange(), AxisRange(half))
+	c = BroadcastToDims(c, b, t, x.Shape().Dimensions[2], half)
+	s = BroadcastToDims(s, b, t, x.Shape().Dimensions[2], half)
+	r1 := Sub(Mul(x1, c), Mul(x2, s))
+	r2 := Add(Mul(x2, c), Mul(x1, s))
+	return ConvertDType(Concatenate([]*Node{r1, r2}, -1), dt)
+}
+
+// attention is grouped-query attention of q [B, T, Hkv, G, D] over keys and
+// values [B, S, Hkv, D], query positions [B, T] and key positions [B, S]:
+// causal, and within the sliding window when the config has one. A key
+// position of noKey is never attended.
+func attention(c *Config, q, k, v, qpos, kpos *Node) *Node {
+	g := q.Graph()
+	dims := q.Shape().Dimensions
+	b, t, hkv, grp, d := dims[0], dims[1], dims[2], dims[3], dims[4]
+	s := k.Shape().Dimensions[1]
+	scores := Einsum("btkgd,bskd->bkgts", ConvertDType(q, ir.Float32), ConvertDType(k, ir.Float32))
+	scores = Mul(scores, ConstAsDType(g, ir.Float32, 1/math.Sqrt(float64(d))))
+	qp := BroadcastToDims(Reshape(qpos, b, 1, 1, t, 1), b, hkv, grp, t, s)
+	kp := BroadcastToDims(Reshape(kpos, b, 1, 1, 1, s), b, hkv, grp, t, s)
+	mask := LessOrEqual(kp, qp)
+	if c.SlidingWindow > 0 {
+		mask = LogicalAnd(mask, GreaterThan(kp, Sub(qp, ConstAsDType(g, ir.Int32, c.SlidingWindow))))
+	}
+	scores = Where(mask, scores, BroadcastToDims(ConstAsDType(g, ir.Float32, math.Inf(-1)), b, hkv, grp, t, s))
+	probs := Softmax(scores, -1)
+	out := Einsum("bkgts,bskd->btkgd", probs, ConvertDType(v, ir.Float32))
+	return ConvertDType(Reshape(out, b*t, hkv*grp*d), q.DType())
+}
+
+// noKey is a key position no query reaches.
+const noKey = 1 << 30
+
+// cacheIO says how a step reads and writes the KV cache.
+type cacheIO struct {
+	// k, v: [slots+1, maxContext, L, Hkv, D].
+	k, v *Node
+	// slots [B] int32: each row's cache slot.
+	slots *Node
+	// prefill: the block is a prompt at positions 0..T-1 attending to its
+	// own keys; decode (T = 1): each row attends to its slot's cached
+	// positions below its own, and to its new key.
+	prefill bool
+	// scatter writes the cache with ScatterUpdate (the pure-Go cpu
+	// backend, which lacks DynamicUpdateSlice); otherwise one
+	// DynamicUpdateSlice per row, which XLA does in place.
+	scatter bool
+}
+
+// step runs the decoder on tokens [B, T] at positions [B, T] and returns
+// the final hidden states [B*T, H] (after the last norm) and the updated
+// cache (nil nodes when cache is nil: no cache kept, as for prompt logits).
+func step(c *Config, w netWeights, tokens, positions *Node, cache *cacheIO) (hidden, newK, newV *Node) {
+	g := tokens.Graph()
+	b, t := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
+	hq, hkv, d := c.Heads, c.KVHeads, c.HeadDim
+	grp := hq / hkv
+	x := Gather(w.embed(), Reshape(tokens, b*t, 1))
+	var cachedK, cachedV, cachedPos *Node
+	if cache != nil && !cache.prefill {
+		idx := Reshape(cache.slots, b, 1)
+		cachedK = Gather(cache.k, idx) // [B, maxContext, L, Hkv, D]
+		cachedV = Gather(cache.v, idx)
+		mc := cachedK.Shape().Dimensions[1]
+		iota := Iota(g, ir.MakeShape(ir.Int32, b, mc), 1)
+		cachedPos = Where(LessThan(iota, BroadcastToDims(positions, b, mc)), iota, BroadcastToDims(ConstAsDType(g, ir.Int32, noKey), b, mc))
+	}
+	var ks, vs []*Node
+	for l := range c.Layers {
+		h := rmsNorm(x, w.layer(l, wInNorm), c.RMSEps)
+		var qb, kb, vb *Node
+		if c.QKVBias {
+			qb, kb, vb = w.layer(l, wQBias), w.layer(l, wQBias+1), w.layer(l, wQBias+2)
+		}
+		q := Reshape(linear(h, w.layer(l, wQ), qb), b, t, hq, d)
+		k := Reshape(linear(h, w.layer(l, wK), kb), b, t, hkv, d)
+		v := Reshape(linear(h, w.layer(l, wV), vb), b, t, hkv, d)
+		if c.QKNorm {
+			qn, kn := w.qkNorm(l)
+			q = rmsNorm(q, qn, c.RMSEps)
+			k = rmsNorm(k, kn, c.RMSEps)
+		}
+		q = rope(q, w.cos, w.sin, positions)
+		k = rope(k, w.cos, w.sin, positions)
+		ks, vs = append(ks, k), append(vs, v)
+		q5 := Reshape(q, b, t, hkv, grp, d)
+		var att *Node
+		if cachedK == nil {
+			att = attention(c, q5, k, v, positions, Iota(g, ir.MakeShape(ir.Int32, b, t), 1))
+		} else {
+			layerOf := func(x *Node) *Node {
+				s := x.Shape().Dimensions[1]
+				return Reshape(Slice(x, AxisRange(), AxisRange(), AxisRange(l, l+1)), b, s, hkv, d)
+			}
+			keys := Concatenate([]*Node{layerOf(cachedK), k}, 1)
+			vals := Concatenate([]*Node{layerOf(cachedV), v}, 1)
+			att = attention(c, q5, keys, vals, positions, Concatenate([]*Node{cachedPos, positions}, 1))
+		}
+		x = Add(x, linear(att, w.layer(l, wO), nil))
+		h = rmsNorm(x, w.layer(l, wPostNorm), c.RMSEps)
+		gate := linear(h, w.layer(l, wGate), nil)
+		up := linear(h, w.layer(l, wUp), nil)
+		x = Add(x, linear(Mul(Mul(gate, Sigmoid(gate)), up), w.layer(l, wDown), nil))
+	}
+	hidden = rmsNorm(x, w.norm(), c.RMSEps)
+	if cache == nil {
+		return hidden, nil, nil
+	}
+	kAll, vAll := Stack(ks, 2), Stack(vs, 2) // [B, T, L, Hkv, D]
+	return hidden, writeCache(cache, cache.k, kAll, positions), writeCache(cache, cache.v, vAll, positions)
+}
+
+// writeCache stores block [B, T, L, Hkv, D] into cache at each row's slot
+// and positions.
+func writeCache(io *cacheIO, cache, block, positions *Node) *Node {
+	g := cache.Graph()
+	dims := block.Shape().Dimensions
+	b, t := dims[0], dims[1]
+	block = ConvertDType(block, cache.DType())
+	if io.scatter {
+		slots := BroadcastToDims(Reshape(io.slots, b, 1, 1), b, t, 1)
+		idx := Reshape(Concatenate([]*Node{slots, Reshape(positions, b, t, 1)}, 2), b*t, 2)
+		return ScatterUpdate(cache, idx, Reshape(block, append([]int{b * t}, dims[2:]...)...), false, true)
+	}
+	zero := ConstAsDType(g, ir.Int32, 0)
+	for i := range b {
+		slot := Reshape(Slice(io.slots, AxisRange(i, i+1)))
+		pos := Reshape(Slice(positions, AxisRange(i, i+1), AxisRange(0, 1)))
+		row := Slice(block, AxisRange(i, i+1))
+		cache = DynamicUpdateSlice(cache, row, []*Node{slot, pos, zero, zero, zero})
+	}
+	return cache
+}
+
+// logits is the LM head on hidden [N, H], in float32.
+func logits(w netWeights, hidden *Node) *Node {
+	return Einsum("nh,vh->nv", ConvertDType(hidden, ir.Float32), ConvertDType(w.head(), ir.Float32))
+}

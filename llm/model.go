@@ -1,0 +1,148 @@
+package llm
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:staticcheck
+	"github.com/tensorbridge/tensorbridge"
+	"github.com/tensorbridge/tensorbridge/config"
+	"github.com/tensorbridge/tensorbridge/ir"
+)
+
+// Model is a checkpoint's decoder placed on a backend's device 0: its
+// config and its weights as device buffers, which it owns.
+type Model struct {
+	Config *Config
+	Dir    string
+	b      *tensorbridge.Backend
+	dtype  ir.DType
+	// maxContext is the longest sequence (prompt and generated tokens) the
+	// programs handle: the rope tables' length.
+	maxContext  int
+	weightBytes int64
+
+	mu      sync.Mutex
+	weights []*ir.Tensor // nil once closed
+}
+
+// LoadOptions tune Load.
+type LoadOptions struct {
+	// Precision of weights and activations; "" takes the backend's
+	// effective precision (bfloat16 on tpu, float32 on the CPU backends).
+	Precision config.Precision
+	// MaxContext caps the context length (default and upper bound: the
+	// config's max_position_embeddings).
+	MaxContext int
+}
+
+// Load reads a Hugging Face checkpoint directory (config.json,
+// generation_config.json, model.safetensors or its sharded index) and
+// places its weights on b's device 0. Anything it does not implement is
+// refused by name (*UnsupportedError); a missing or misshapen tensor is a
+// *MissingTensorError or *ShapeError.
+func Load(ctx context.Context, b *tensorbridge.Backend, dir string, o LoadOptions) (*Model, error) {
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	ctxLen := cfg.MaxPositions
+	if o.MaxContext > 0 && o.MaxContext < ctxLen {
+		ctxLen = o.MaxContext
+	}
+	if cfg.SlidingWindow > 0 && ctxLen > cfg.SlidingWindow {
+		// The mask implements the window; nothing to refuse.
+	}
+	prec := o.Precision
+	if prec == "" || prec == config.Auto {
+		prec = b.Settings().Precision
+	}
+	dt, err := dtypeFor(prec)
+	if err != nil {
+		return nil, err
+	}
+	ct, err := openCheckpointTensors(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer ct.close()
+	if err := checkTensors(dir, cfg, ct); err != nil {
+		return nil, err
+	}
+	ws, bytes, err := placeWeights(ctx, b, cfg, ct, dt, ctxLen)
+	if err != nil {
+		return nil, err
+	}
+	return &Model{Config: cfg, Dir: dir, b: b, dtype: dt, maxContext: ctxLen, weightBytes: bytes, weights: ws}, nil
+}
+
+// MaxContext is the longest sequence the model's programs handle.
+func (m *Model) MaxContext() int { return m.maxContext }
+
+// DType is the weights' and activations' element type.
+func (m *Model) DType() ir.DType { return m.dtype }
+
+// WeightBytes is the device memory the weights take.
+func (m *Model) WeightBytes() int64 { return m.weightBytes }
+
+// Backend is the backend the model is placed on.
+func (m *Model) Backend() *tensorbridge.Backend { return m.b }
+
+// Close frees the weights. It is idempotent.
+func (m *Model) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	freeAll(m.weights)
+	m.weights = nil
+	return nil
+}
+
+// weightShapes are the shapes of the weight parameters every program
+// starts with.
+func (m *Model) weightShapes() []ir.Shape {
+	out := make([]ir.Shape, len(m.weights))
+	for i, w := range m.weights {
+		out[i] = w.Shape()
+	}
+	return out
+}
+
+// PromptLogits returns the logits [len(ids), vocab] (float32, row-major)
+// of a prompt, computed without a cache by a program compiled for exactly
+// this length: for tests and inspection, not the serving path.
+func (m *Model) PromptLogits(ctx context.Context, ids []int) ([]float32, error) {
+	if len(ids) == 0 || len(ids) > m.maxContext {
+		return nil, fmt.Errorf("prompt of %d tokens: want 1..%d", len(ids), m.maxContext)
+	}
+	c := m.Config
+	n := len(ids)
+	shapes := append(m.weightShapes(), ir.MakeShape(ir.Int32, 1, n))
+	exe, err := m.b.Compile(ctx, fmt.Sprintf("llm-logits-%d", n), func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+		w := newNetWeights(c, in)
+		tokens := in[len(in)-1]
+		pos := Iota(g, ir.MakeShape(ir.Int32, 1, n), 1)
+		h, _, _ := step(c, w, tokens, pos, nil)
+		return []*ir.Node{logits(w, h)}, nil
+	}, shapes...)
+	if err != nil {
+		return nil, err
+	}
+	defer exe.Close()
+	tok, err := int32Tensor([]int{1, n}, ids)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	ws := m.weights
+	m.mu.Unlock()
+	if ws == nil {
+		return nil, tensorbridge.ErrClosed
+	}
+	outs, err := exe.Run(ctx, append(append([]*ir.Tensor(nil), ws...), tok)...)
+	if err != nil {
+		return nil, err
+	}
+	defer freeAll(outs)
+	return float32s(outs[0])
+}

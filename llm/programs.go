@@ -1,0 +1,151 @@
+package llm
+
+import (
+	"context"
+	"fmt"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:staticcheck
+	"github.com/tensorbridge/tensorbridge"
+	"github.com/tensorbridge/tensorbridge/ir"
+)
+
+// The compiled programs. Both take the weights, the K and V caches
+// [L, slots+1, maxContext, Hkv, D], their block of tokens and the
+// sampling parameters, and return the sampled token, its log-probability
+// and the updated caches.
+//
+// prefill(P): tokens [1, P] (padded), length [1], slot [1], sampling [1]
+// each. decode(B): tokens [B, 1], positions [B, 1], slots [B], sampling
+// [B] each.
+
+// numSampleInputs is temperature, top-k, top-p, min-p, seed, index.
+const numSampleInputs = 6
+
+func sampleShapes(b int) []ir.Shape {
+	return []ir.Shape{ir.MakeShape(ir.Float32, b), ir.MakeShape(ir.Int32, b), ir.MakeShape(ir.Float32, b),
+		ir.MakeShape(ir.Float32, b), ir.MakeShape(ir.Int32, b), ir.MakeShape(ir.Int32, b)}
+}
+
+func sampleNodes(in []*ir.Node) sampleParams {
+	return sampleParams{temp: in[0], topK: in[1], topP: in[2], minP: in[3], seed: in[4], index: in[5]}
+}
+
+// compilePrefill compiles the prefill program for prompts of up to p tokens.
+func (e *Engine) compilePrefill(ctx context.Context, p int) (*tensorbridge.Executable, error) {
+	c := e.m.Config
+	nw := numWeightParams(c)
+	shapes := append(e.m.weightShapes(), e.cacheShape, e.cacheShape,
+		ir.MakeShape(ir.Int32, 1, p), ir.MakeShape(ir.Int32, 1), ir.MakeShape(ir.Int32, 1))
+	shapes = append(shapes, sampleShapes(1)...)
+	return e.compile(ctx, fmt.Sprintf("llm-prefill-%d", p), func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+		w := newNetWeights(c, in)
+		kc, vc := in[nw], in[nw+1]
+		tokens, length, slot := in[nw+2], in[nw+3], in[nw+4]
+		pos := Iota(g, ir.MakeShape(ir.Int32, 1, p), 1)
+		h, nk, nv := step(c, w, tokens, pos, &cacheIO{k: kc, v: vc, slots: slot, prefill: true, scatter: e.scatter})
+		last := Sub(Reshape(length, 1, 1), ConstAsDType(g, ir.Int32, 1))
+		hl := Gather(h, last) // [1, H]
+		tok, lp := sample(logits(w, hl), sampleNodes(in[nw+5:]))
+		return []*ir.Node{tok, lp, nk, nv}, nil
+	}, shapes...)
+}
+
+// compileDecode compiles the decode program for b sequences.
+func (e *Engine) compileDecode(ctx context.Context, b int) (*tensorbridge.Executable, error) {
+	c := e.m.Config
+	nw := numWeightParams(c)
+	shapes := append(e.m.weightShapes(), e.cacheShape, e.cacheShape,
+		ir.MakeShape(ir.Int32, b, 1), ir.MakeShape(ir.Int32, b, 1), ir.MakeShape(ir.Int32, b))
+	shapes = append(shapes, sampleShapes(b)...)
+	return e.compile(ctx, fmt.Sprintf("llm-decode-%d", b), func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+		w := newNetWeights(c, in)
+		kc, vc := in[nw], in[nw+1]
+		tokens, pos, slots := in[nw+2], in[nw+3], in[nw+4]
+		h, nk, nv := step(c, w, tokens, pos, &cacheIO{k: kc, v: vc, slots: slots, scatter: e.scatter})
+		tok, lp := sample(logits(w, h), sampleNodes(in[nw+5:]))
+		return []*ir.Node{tok, lp, nk, nv}, nil
+	}, shapes...)
+}
+
+// compile compiles one program and counts it.
+func (e *Engine) compile(ctx context.Context, name string, fn tensorbridge.Func, shapes ...ir.Shape) (*tensorbridge.Executable, error) {
+	e.compiles.Add(1)
+	return e.m.b.Compile(ctx, name, fn, shapes...)
+}
+
+// row is one sequence's inputs to a program run.
+type row struct {
+	token, pos, slot int
+	s                SamplingParams
+	index            int // tokens generated so far: the draw's index
+}
+
+// sampleTensors builds the sampling inputs for rows (padded to n).
+func sampleTensors(rows []row, n int) ([]*ir.Tensor, error) {
+	temp, topP, minP := make([]float32, n), make([]float32, n), make([]float32, n)
+	topK, seed, idx := make([]int, n), make([]int, n), make([]int, n)
+	for i := range n {
+		topP[i] = 1
+		if i >= len(rows) {
+			continue
+		}
+		s := rows[i].s
+		temp[i], topK[i], topP[i], minP[i], seed[i], idx[i] = s.Temperature, s.TopK, s.TopP, s.MinP, int(int32(s.Seed)), rows[i].index
+		if s.TopP <= 0 || s.TopP > 1 {
+			topP[i] = 1
+		}
+	}
+	var out []*ir.Tensor
+	add := func(t *ir.Tensor, err error) error {
+		if err != nil {
+			freeAll(out)
+			return err
+		}
+		out = append(out, t)
+		return nil
+	}
+	for _, f := range []func() (*ir.Tensor, error){
+		func() (*ir.Tensor, error) { return float32Tensor([]int{n}, temp) },
+		func() (*ir.Tensor, error) { return int32Tensor([]int{n}, topK) },
+		func() (*ir.Tensor, error) { return float32Tensor([]int{n}, topP) },
+		func() (*ir.Tensor, error) { return float32Tensor([]int{n}, minP) },
+		func() (*ir.Tensor, error) { return int32Tensor([]int{n}, seed) },
+		func() (*ir.Tensor, error) { return int32Tensor([]int{n}, idx) },
+	} {
+		if err := add(f()); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// runStep runs a program on the cache and rows' inputs; it replaces the
+// engine's caches by the program's outputs and returns each row's token
+// and log-probability.
+func (e *Engine) runStep(ctx context.Context, exe *tensorbridge.Executable, blocks []*ir.Tensor, rows []row, n int) (toks []int, lps []float32, err error) {
+	st, err := sampleTensors(rows, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer freeAll(st)
+	defer freeAll(blocks)
+	in := make([]*ir.Tensor, 0, len(e.m.weights)+2+len(blocks)+len(st))
+	in = append(in, e.m.weights...)
+	in = append(in, e.kc, e.vc)
+	in = append(in, blocks...)
+	in = append(in, st...)
+	outs, err := exe.RunOnDevice(ctx, 0, in...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer freeAll(outs[:2])
+	_ = e.kc.FinalizeAll()
+	_ = e.vc.FinalizeAll()
+	e.kc, e.vc = outs[2], outs[3]
+	toks, err = int32s(outs[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	lps, err = float32s(outs[1])
+	return toks, lps, err
+}

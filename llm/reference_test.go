@@ -1,0 +1,156 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/tensorbridge/tensorbridge"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
+	_ "github.com/tensorbridge/tensorbridge/pjrt" // xla-cpu for TENSORBRIDGE_TEST_BACKEND
+)
+
+// The references: checkpoints made and run by transformers
+// (scripts/gen-llm-fixtures.py, installed by scripts/setup-llm-fixtures.sh
+// into ~/.cache/tensorbridge/llm-fixtures).
+
+type reference struct {
+	Transformers string `json:"transformers"`
+	References   []struct {
+		Text      string      `json:"text"`
+		Chat      bool        `json:"chat"`
+		PromptIDs []int       `json:"prompt_ids"`
+		TokenIDs  []int       `json:"token_ids"`
+		Logits    [][]float64 `json:"logits"`
+		Decoded   string      `json:"decoded"`
+	} `json:"references"`
+}
+
+var fixtureModels = []string{"llama", "mistral", "qwen2", "qwen3"}
+
+// fixtureDir returns the fixtures' directory, skipping (or failing under
+// TENSORBRIDGE_REQUIRE_TESTDATA=1) when they are not installed.
+func fixtureDir(t testing.TB) string {
+	dir := os.Getenv("TENSORBRIDGE_LLM_FIXTURES")
+	if dir == "" {
+		home, _ := os.UserHomeDir()
+		dir = filepath.Join(home, ".cache", "tensorbridge", "llm-fixtures")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "llama", "reference.json")); err != nil {
+		testreq.Skipf(t, "LLM fixtures not installed (scripts/setup-llm-fixtures.sh): %v", err)
+	}
+	return dir
+}
+
+func readReference(t testing.TB, dir string) *reference {
+	raw, err := os.ReadFile(filepath.Join(dir, "reference.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r reference
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatal(err)
+	}
+	return &r
+}
+
+// testBackend opens TENSORBRIDGE_TEST_BACKEND (default cpu).
+func testBackend(t testing.TB) *tensorbridge.Backend {
+	name := os.Getenv("TENSORBRIDGE_TEST_BACKEND")
+	if name == "" {
+		name = "cpu"
+	}
+	b, err := tensorbridge.Open(context.Background(), name)
+	if err != nil {
+		testreq.Skipf(t, "backend %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// logitsTolerance: the largest |ours - transformers'| over a prompt's
+// logits, relative to the largest |transformers'| of the prompt.
+// Measured on cpu: up to 1.81e-6 (mistral, prompt 2); the issue asks
+// 1e-4, this is within 3x of what is measured. Injected fault: the llama3
+// frequency scaling left out of Rope.invFreq makes llama's logits differ
+// by up to 0.75 relative.
+const logitsTolerance = 5e-6
+
+// TestAgainstTransformers: for each architecture, the prompt logits match
+// transformers' and greedy generation gives exactly its token ids, every
+// prompt running at once in the continuous batch.
+func TestAgainstTransformers(t *testing.T) {
+	root := fixtureDir(t)
+	b := testBackend(t)
+	ctx := context.Background()
+	for _, name := range fixtureModels {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(root, name)
+			ref := readReference(t, dir)
+			m, err := Load(ctx, b, dir, LoadOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			for i, r := range ref.References {
+				lg, err := m.PromptLogits(ctx, r.PromptIDs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				worst, scale := 0.0, 0.0
+				v := m.Config.Vocab
+				for p, row := range r.Logits {
+					for j, want := range row {
+						worst = math.Max(worst, math.Abs(float64(lg[p*v+j])-want))
+						scale = math.Max(scale, math.Abs(want))
+					}
+				}
+				t.Logf("prompt %d: logits max |diff| %.3g, relative %.3g", i, worst, worst/scale)
+				if worst > logitsTolerance*scale {
+					t.Errorf("prompt %d: logits differ by %g (relative %g > %g)", i, worst, worst/scale, logitsTolerance)
+				}
+			}
+			e, err := NewEngine(ctx, m, EngineOptions{MaxSequences: 4, MinPrefill: 16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			chans := make([]<-chan Token, len(ref.References))
+			for i, r := range ref.References {
+				if chans[i], err = e.Generate(ctx, Request{Prompt: r.PromptIDs, MaxTokens: len(r.TokenIDs)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, r := range ref.References {
+				got, finish, err := collect(chans[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got, r.TokenIDs) {
+					t.Errorf("prompt %d (%q): got %v, transformers %v (finish %s)", i, r.Text, got, r.TokenIDs, finish)
+				}
+			}
+		})
+	}
+}
+
+// collect reads a stream to its end.
+func collect(ch <-chan Token) (ids []int, finish string, err error) {
+	for tk := range ch {
+		if tk.ID >= 0 {
+			ids = append(ids, tk.ID)
+		}
+		if tk.Finish != "" {
+			finish, err = tk.Finish, tk.Err
+		}
+	}
+	if finish == "" {
+		return ids, "", fmt.Errorf("stream closed without a finish event")
+	}
+	return ids, finish, err
+}

@@ -1,0 +1,96 @@
+package llm
+
+import (
+	"math"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:staticcheck
+	"github.com/tensorbridge/tensorbridge/ir"
+)
+
+// Sampling on the device, inside the decode and prefill programs.
+//
+// Each row carries its own settings: temperature (0: greedy), top-k (0:
+// off), top-p (1: off), min-p (0: off), a seed and the index of the token
+// being drawn. The random numbers are a hash of (seed, index, vocabulary
+// entry) alone, so a request draws the same tokens whatever else shares
+// its batch. The draw is the Gumbel-max trick: argmax(logits/T + G), G
+// Gumbel noise, samples softmax(logits/T) over the entries the filters
+// keep. Top-k and top-p thresholds are found by bisection (no sort):
+// searchSteps halvings of the value range.
+
+const searchSteps = 24
+
+// sampleParams are a program's per-row sampling inputs, each [B].
+type sampleParams struct {
+	temp, topK, topP, minP, seed, index *Node
+}
+
+// sample returns the chosen token [B] int32 and its log-probability under
+// the model's unfiltered distribution [B] float32.
+func sample(lg *Node, sp sampleParams) (tok, logprob *Node) {
+	g := lg.Graph()
+	b, vsz := lg.Shape().Dimensions[0], lg.Shape().Dimensions[1]
+	f32 := func(x float64) *Node { return ConstAsDType(g, ir.Float32, x) }
+	col := func(x *Node) *Node { return BroadcastToDims(Reshape(x, b, 1), b, vsz) }
+	negInf := BroadcastToDims(f32(math.Inf(-1)), b, vsz)
+
+	greedy := ArgMax(lg, -1, ir.Int32)
+
+	temp := Max(sp.temp, f32(1e-6))
+	x := Div(lg, col(temp))
+	// top-k: keep values >= the k-th largest.
+	k := sp.topK
+	lo, hi := ReduceMin(x, -1), ReduceMax(x, -1)
+	for range searchSteps {
+		mid := Div(Add(lo, hi), f32(2))
+		cnt := ReduceSum(ConvertDType(GreaterOrEqual(x, col(mid)), ir.Int32), -1)
+		ok := GreaterOrEqual(cnt, k)
+		lo, hi = Where(ok, mid, lo), Where(ok, hi, mid)
+	}
+	useK := GreaterThan(k, ConstAsDType(g, ir.Int32, 0))
+	x = Where(LogicalAnd(col(useK), LessThan(x, col(lo))), negInf, x)
+	p := Softmax(x, -1)
+	// min-p: keep probabilities >= min_p × the largest.
+	pmax := ReduceMax(p, -1)
+	x = Where(LessThan(p, col(Mul(sp.minP, pmax))), negInf, x)
+	p = Softmax(x, -1)
+	// top-p: the largest threshold whose kept mass is still >= top_p.
+	plo, phi := ZerosLike(pmax), ReduceMax(p, -1)
+	for range searchSteps {
+		mid := Div(Add(plo, phi), f32(2))
+		mass := ReduceSum(Where(GreaterOrEqual(p, col(mid)), p, ZerosLike(p)), -1)
+		ok := GreaterOrEqual(mass, sp.topP)
+		plo, phi = Where(ok, mid, plo), Where(ok, phi, mid)
+	}
+	useP := LessThan(sp.topP, f32(1))
+	x = Where(LogicalAnd(col(useP), LessThan(p, col(plo))), negInf, x)
+
+	u := uniform(sp.seed, sp.index, b, vsz)
+	gumbel := Neg(Log(Neg(Log(u))))
+	drawn := ArgMax(Add(x, gumbel), -1, ir.Int32)
+	tok = Where(LessOrEqual(sp.temp, f32(0)), greedy, drawn)
+
+	lsm := LogSoftmax(lg, -1)
+	onehot := Equal(Iota(g, ir.MakeShape(ir.Int32, b, vsz), 1), col(tok))
+	logprob = ReduceSum(Where(onehot, lsm, ZerosLike(lsm)), -1)
+	return tok, logprob
+}
+
+// uniform returns [B, V] numbers in (0, 1) from a hash of each row's seed
+// and index and the column: murmur3's 32-bit finalizer over a mix of the
+// three (shifts as divisions: the pure-Go backend lacks shift ops).
+func uniform(seed, index *Node, b, v int) *Node {
+	g := seed.Graph()
+	u32 := func(x uint32) *Node { return ConstAsDType(g, ir.Uint32, x) }
+	s := BroadcastToDims(Reshape(ConvertDType(seed, ir.Uint32), b, 1), b, v)
+	i := BroadcastToDims(Reshape(ConvertDType(index, ir.Uint32), b, 1), b, v)
+	c := ConvertDType(Iota(g, ir.MakeShape(ir.Int32, b, v), 1), ir.Uint32)
+	h := BitwiseXor(BitwiseXor(Mul(s, u32(0x9E3779B1)), Mul(Add(i, u32(1)), u32(0x85EBCA77))), Mul(Add(c, u32(1)), u32(0xC2B2AE3D)))
+	h = BitwiseXor(h, Div(h, u32(1<<16)))
+	h = Mul(h, u32(0x85EBCA6B))
+	h = BitwiseXor(h, Div(h, u32(1<<13)))
+	h = Mul(h, u32(0xC2B2AE35))
+	h = BitwiseXor(h, Div(h, u32(1<<16)))
+	top := ConvertDType(Div(h, u32(1<<8)), ir.Float32) // 24 bits
+	return Mul(Add(top, ConstAsDType(g, ir.Float32, 0.5)), ConstAsDType(g, ir.Float32, 1.0/(1<<24)))
+}
