@@ -561,3 +561,79 @@ func TestOpenAIDrain(t *testing.T) {
 	}
 	gs.stop(t) // Run returned nil
 }
+
+// TestOpenAIQueueFull: past the bounded wait queue (one slot, one
+// waiting), requests are answered 503 with Retry-After and OpenAI's error
+// object; the others complete. Injected fault: ErrQueueFull mapped to 500
+// in genStatus fails it.
+func TestOpenAIQueueFull(t *testing.T) {
+	f := loadLLMFixture(t, "qwen2")
+	o := serve.Options{Backend: openBackend(t, tensorbridge.Settings{}), Logger: quietLogger(t), DrainTimeout: 20 * time.Second,
+		Generators: []serve.GeneratorSource{{Dir: f.dir, Engine: llm.EngineOptions{MaxSequences: 1, MaxQueue: 1}}}}
+	s, err := serve.New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Warmup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	const clients = 16
+	codes := make(chan int, clients)
+	for range clients {
+		go func() {
+			resp := postJSON(t, srv.URL+"/v1/completions", `{"model":"qwen2","prompt":"hello","max_tokens":100,"temperature":0,"ignore_eos":true}`)
+			defer resp.Body.Close()
+			var e struct {
+				Error struct{ Message, Type string } `json:"error"`
+			}
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode == 503 && (resp.Header.Get("Retry-After") == "" || json.Unmarshal(b, &e) != nil || !strings.Contains(e.Error.Message, "queue")) {
+				t.Errorf("503 without Retry-After or a message: %s", b)
+			}
+			codes <- resp.StatusCode
+		}()
+	}
+	n := map[int]int{}
+	for range clients {
+		n[<-codes]++
+	}
+	if n[200]+n[503] != clients || n[503] == 0 || n[200] == 0 {
+		t.Errorf("statuses %v: want 200s and 503s only, some of each", n)
+	}
+}
+
+// FuzzOpenAIRequest: no request body makes the generation endpoints
+// panic or answer a 5xx other than 503 (the server is not warmed, so
+// everything up to the engine runs: JSON, fields, tokenizer, chat
+// template).
+func FuzzOpenAIRequest(f *testing.F) {
+	fx := loadLLMFixture(f, "qwen2")
+	s, err := serve.New(context.Background(), serve.Options{Backend: openBackend(f, tensorbridge.Settings{}), Logger: quietLogger(f),
+		MaxMessageBytes: 1 << 16, Generators: []serve.GeneratorSource{{Dir: fx.dir}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = s.Close() })
+	h := s.Handler()
+	for _, seed := range []string{
+		`{"model":"qwen2","prompt":"hello","max_tokens":5,"stop":["a"]}`,
+		`{"model":"qwen2","prompt":[1,2,3],"seed":1,"temperature":0.5,"top_k":3,"min_p":0.1}`,
+		`{"model":"qwen2","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"logprobs":true}`,
+		`{"model":"qwen2","prompt":["x"],"n":1,"stream":true,"max_completion_tokens":3}`,
+		`{"text_input":"hi","parameters":{"max_tokens":3}}`,
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		for _, path := range []string{"/v1/completions", "/v1/chat/completions", "/v2/models/qwen2/generate"} {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
+			if rec.Code >= 500 && rec.Code != 503 {
+				t.Fatalf("%s %q: %d %s", path, body, rec.Code, rec.Body)
+			}
+		}
+	})
+}
