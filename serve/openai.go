@@ -40,13 +40,31 @@ func (s *Server) registerGenerate(mux *http.ServeMux) {
 // decoded (a chat has one object per message and per content part).
 var genJSONLimits = oip.JSONLimits{Depth: 8, Objects: 4096, Keys: 16384}
 
+// genBytesPerToken bounds a generation body by the longest context
+// served: a prompt that fills the context takes a few bytes per token
+// (JSON escapes included), so more than this many bytes per token of
+// context cannot be a prompt that fits, and is not read or tokenized
+// (the tokenizer runs at about 2 MB/s here and allocates a slot per
+// token).
+const genBytesPerToken = 64
+
+// genBodyLimit is the largest generation request body: MaxMessageBytes,
+// or less: 64 bytes per token of the longest context, at least 1 MiB.
+func (s *Server) genBodyLimit() int64 {
+	longest := 0
+	for _, g := range s.gens {
+		longest = max(longest, g.context)
+	}
+	return min(int64(s.opts.MaxMessageBytes), max(1<<20, int64(longest)*genBytesPerToken))
+}
+
 // readGenBody reads a generation request's JSON body within the request
 // byte limit and the in-flight byte budget, and decodes it into v.
 func (s *Server) readGenBody(r *http.Request, res *reservation, v any) error {
 	if ce := r.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
 		return &UnsupportedMediaError{Encoding: ce}
 	}
-	limit := int64(s.opts.MaxMessageBytes)
+	limit := s.genBodyLimit()
 	if r.ContentLength > limit {
 		return &TooLargeError{Limit: limit, Got: r.ContentLength}
 	}

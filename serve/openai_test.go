@@ -391,6 +391,17 @@ func TestOpenAIBadRequests(t *testing.T) {
 			}
 		})
 	}
+	t.Run("body over 64 bytes per token of context", func(t *testing.T) {
+		// The server's byte limit is far larger; the context (128 tokens)
+		// bounds the body at 1 MiB. Injected fault: readGenBody using
+		// MaxMessageBytes answers 400 "prompt longer" after tokenizing.
+		gs := startGen(t, f, serve.Options{})
+		var e struct{ Error struct{ Message string } }
+		decodeJSON(t, postJSON(t, gs.url+"/v1/completions", `{"model":"qwen2","prompt":"`+strings.Repeat("a", 1<<20)+`"}`), 413, &e)
+		if !strings.Contains(e.Error.Message, "bytes") {
+			t.Errorf("413 without a message naming the limit: %+v", e)
+		}
+	})
 	t.Run("oip unknown model", func(t *testing.T) {
 		resp := postJSON(t, gs.url+"/v2/models/nope/generate", `{"text_input":"x"}`)
 		resp.Body.Close()
