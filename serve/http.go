@@ -61,6 +61,10 @@ func readyStatus(ready bool) int {
 }
 
 func (s *Server) httpModelMetadata(w http.ResponseWriter, r *http.Request) {
+	if g, err := s.lookupGen(r.PathValue("model"), r.PathValue("version")); err == nil {
+		writeJSON(w, http.StatusOK, g.metadata()) // openai.go
+		return
+	}
 	m, err := s.lookup(r.PathValue("model"), r.PathValue("version"))
 	if err != nil {
 		writeErr(w, err)

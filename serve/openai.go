@@ -100,6 +100,15 @@ func (s *Server) lookupGen(name, version string) (*generator, error) {
 	return g, nil
 }
 
+// metadata describes a generator for the v2 protocol's model metadata:
+// the generate extension's text_input and text_output, as Triton reports
+// its LLM models.
+func (g *generator) metadata() oip.ModelMetadata {
+	return oip.ModelMetadata{Name: g.name, Versions: []string{ModelVersion}, Platform: "tensorbridge_llm",
+		Inputs:  []oip.TensorMetadata{{Name: "text_input", Datatype: "BYTES", Shape: []int64{1}}},
+		Outputs: []oip.TensorMetadata{{Name: "text_output", Datatype: "BYTES", Shape: []int64{-1}}}}
+}
+
 // oaiError is OpenAI's error object.
 type oaiError struct {
 	Message string  `json:"message"`

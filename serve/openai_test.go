@@ -456,6 +456,13 @@ func TestOpenAIModelsAndReadiness(t *testing.T) {
 			t.Errorf("%s after warm-up: %d", p, rec.Code)
 		}
 	}
+	var md struct {
+		Name   string
+		Inputs []struct{ Name string }
+	}
+	if rec := get("/v2/models/qwen2"); rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &md) != nil || md.Name != "qwen2" || len(md.Inputs) != 1 || md.Inputs[0].Name != "text_input" {
+		t.Errorf("model metadata: %d %s", rec.Code, rec.Body)
+	}
 }
 
 // metricValue reads one unlabelled-or-model-labelled sample from /metrics.
