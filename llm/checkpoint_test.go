@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/tensorbridge/tensorbridge"
+	"github.com/tensorbridge/tensorbridge/errs"
 )
 
 // writeSafetensors writes zero-filled F32 tensors of the given shapes.
@@ -241,4 +242,82 @@ func FuzzParseHeader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestWeightsMustFit: with a memory budget smaller than the weights, Load
+// refuses before placing anything, with an *errs.OutOfMemoryError. (The
+// fault: a budget of a millionth of host memory, which this process's own
+// resident size already exceeds.)
+func TestWeightsMustFit(t *testing.T) {
+	ctx := context.Background()
+	b, err := tensorbridge.Open(ctx, "cpu", tensorbridge.WithMemoryFraction(1e-6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	_, err = Load(ctx, b, writeCheckpoint(t, tinyConfig(), "", nil), LoadOptions{})
+	var oom *errs.OutOfMemoryError
+	if !errors.As(err, &oom) || !errors.Is(err, errs.ErrOutOfMemory) {
+		t.Fatalf("got %v, want an *errs.OutOfMemoryError", err)
+	}
+}
+
+// TestRequestErrors: requests the engine cannot run are refused with a
+// typed error, and the wait queue is bounded (ErrQueueFull).
+func TestRequestErrors(t *testing.T) {
+	ctx := context.Background()
+	b, err := tensorbridge.Open(ctx, "cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	m, err := Load(ctx, b, writeCheckpoint(t, tinyConfig(), "", nil), LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	e, err := NewEngine(ctx, m, EngineOptions{MaxSequences: 1, MaxQueue: 1, MinPrefill: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	long := make([]int, 64)
+	for _, tc := range []struct {
+		name string
+		r    Request
+	}{
+		{"empty prompt", Request{}},
+		{"prompt fills the context", Request{Prompt: long}},
+		{"negative max tokens", Request{Prompt: []int{1}, MaxTokens: -1}},
+		{"max tokens beyond the context", Request{Prompt: []int{1, 2}, MaxTokens: 63}},
+		{"id outside the vocabulary", Request{Prompt: []int{32}}},
+		{"stop id outside the vocabulary", Request{Prompt: []int{3}, StopIDs: []int{-1}}},
+	} {
+		var re *RequestError
+		if _, err := e.Generate(ctx, tc.r); !errors.As(err, &re) {
+			t.Errorf("%s: got %v, want a *RequestError", tc.name, err)
+		}
+	}
+	accepted, full := 0, 0
+	var chans []<-chan Token
+	for range 10 {
+		ch, err := e.Generate(ctx, Request{Prompt: []int{3}, IgnoreEOS: true})
+		switch {
+		case err == nil:
+			accepted++
+			chans = append(chans, ch)
+		case errors.Is(err, ErrQueueFull):
+			full++
+		default:
+			t.Fatal(err)
+		}
+	}
+	if accepted > 3 || full == 0 {
+		t.Errorf("1 slot and a queue of 1: %d accepted, %d refused as full", accepted, full)
+	}
+	for _, ch := range chans {
+		if _, _, err := collect(ch); err != nil {
+			t.Error(err)
+		}
+	}
 }

@@ -25,7 +25,7 @@ type SamplingParams struct {
 // Request is one generation.
 type Request struct {
 	Prompt    []int
-	MaxTokens int // 0: up to the context length
+	MaxTokens int // 0: up to the context length; more than it leaves is a *RequestError
 	Sampling  SamplingParams
 	// StopIDs end the sequence (besides the model's end-of-sequence ids
 	// unless IgnoreEOS); the stop token is reported.
@@ -100,6 +100,7 @@ type Engine struct {
 	decode     map[int]*tensorbridge.Executable
 	dBuckets   []int
 	compiles   atomic.Int64
+	stats      stepStats
 	scatter    bool // cache writes by ScatterUpdate (cpu backend)
 
 	queue   chan *seq
@@ -289,8 +290,11 @@ func (e *Engine) Generate(ctx context.Context, r Request) (<-chan Token, error) 
 		}
 	}
 	room := e.m.maxContext - len(r.Prompt)
+	if r.MaxTokens > room {
+		return nil, &RequestError{Problem: fmt.Sprintf("max_tokens %d exceeds the %d tokens the context leaves after a %d-token prompt", r.MaxTokens, room, len(r.Prompt))}
+	}
 	max := r.MaxTokens
-	if max == 0 || max > room {
+	if max == 0 {
 		max = room
 	}
 	s := &seq{ctx: ctx, req: r, out: make(chan Token, max+2), max: max}

@@ -8,6 +8,7 @@ import (
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:staticcheck
 	"github.com/tensorbridge/tensorbridge"
 	"github.com/tensorbridge/tensorbridge/config"
+	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/ir"
 )
 
@@ -51,9 +52,6 @@ func Load(ctx context.Context, b *tensorbridge.Backend, dir string, o LoadOption
 	if o.MaxContext > 0 && o.MaxContext < ctxLen {
 		ctxLen = o.MaxContext
 	}
-	if cfg.SlidingWindow > 0 && ctxLen > cfg.SlidingWindow {
-		// The mask implements the window; nothing to refuse.
-	}
 	prec := o.Precision
 	if prec == "" || prec == config.Auto {
 		prec = b.Settings().Precision
@@ -68,6 +66,9 @@ func Load(ctx context.Context, b *tensorbridge.Backend, dir string, o LoadOption
 	}
 	defer ct.close()
 	if err := checkTensors(dir, cfg, ct); err != nil {
+		return nil, err
+	}
+	if err := checkWeightsFit(ctx, b, cfg, dt, dir); err != nil {
 		return nil, err
 	}
 	ws, bytes, err := placeWeights(ctx, b, cfg, ct, dt, ctxLen)
@@ -145,4 +146,27 @@ func (m *Model) PromptLogits(ctx context.Context, ids []int) ([]float32, error) 
 	}
 	defer freeAll(outs)
 	return float32s(outs[0])
+}
+
+// checkWeightsFit refuses, before anything is placed, weights that exceed
+// device 0's memory budget (the memory fraction of its limit less what is
+// in use). A backend that reports no memory figures is not checked.
+func checkWeightsFit(ctx context.Context, b *tensorbridge.Backend, c *Config, dt ir.DType, dir string) error {
+	var need uint64
+	for _, w := range weightSpecs(c) {
+		n := uint64(dt.Size())
+		for _, d := range w.shape {
+			n *= uint64(d)
+		}
+		need += n
+	}
+	bud, err := b.Budget(ctx)
+	if err != nil {
+		return nil
+	}
+	if need > bud.Available {
+		return &errs.OutOfMemoryError{Device: bud.Device, Needed: need, Available: bud.Available,
+			Detail: fmt.Sprintf("the weights of %s in %s", dir, dt)}
+	}
+	return nil
 }

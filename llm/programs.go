@@ -3,6 +3,8 @@ package llm
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:staticcheck
 	"github.com/tensorbridge/tensorbridge"
@@ -123,6 +125,9 @@ func sampleTensors(rows []row, n int) ([]*ir.Tensor, error) {
 // engine's caches by the program's outputs and returns each row's token
 // and log-probability.
 func (e *Engine) runStep(ctx context.Context, exe *tensorbridge.Executable, blocks []*ir.Tensor, rows []row, n int) (toks []int, lps []float32, err error) {
+	start := time.Now()
+	var inProgram time.Duration
+	defer func() { e.stats.add(time.Since(start), inProgram) }()
 	st, err := sampleTensors(rows, n)
 	if err != nil {
 		return nil, nil, err
@@ -134,18 +139,52 @@ func (e *Engine) runStep(ctx context.Context, exe *tensorbridge.Executable, bloc
 	in = append(in, e.kc, e.vc)
 	in = append(in, blocks...)
 	in = append(in, st...)
+	runStart := time.Now()
 	outs, err := exe.RunOnDevice(ctx, 0, in...)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer freeAll(outs[:2])
+	// Reading the token waits for the program: it counts as in-program.
+	toks, err = int32s(outs[0])
+	if err == nil {
+		lps, err = float32s(outs[1])
+	}
+	inProgram = time.Since(runStart)
 	_ = e.kc.FinalizeAll()
 	_ = e.vc.FinalizeAll()
 	e.kc, e.vc = outs[2], outs[3]
-	toks, err = int32s(outs[0])
-	if err != nil {
-		return nil, nil, err
-	}
-	lps, err = float32s(outs[1])
 	return toks, lps, err
+}
+
+// StepStats are the engine's program runs (prefill and decode) since
+// start: their count, their total wall time, and the part of it spent in
+// RunOnDevice and reading the sampled tokens back (which waits for the
+// program);
+// the rest is the host's own work per step (building inputs, reading the
+// sampled tokens, freeing the old cache).
+type StepStats struct {
+	Steps     int64
+	Total     time.Duration
+	InProgram time.Duration
+}
+
+type stepStats struct {
+	mu sync.Mutex
+	s  StepStats
+}
+
+func (s *stepStats) add(total, inProgram time.Duration) {
+	s.mu.Lock()
+	s.s.Steps++
+	s.s.Total += total
+	s.s.InProgram += inProgram
+	s.mu.Unlock()
+}
+
+// StepStats returns the engine's step timings so far.
+func (e *Engine) StepStats() StepStats {
+	e.stats.mu.Lock()
+	defer e.stats.mu.Unlock()
+	return e.stats.s
 }

@@ -106,6 +106,15 @@ func generate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		seqs, toks, bytes := e.Capacity()
 		fmt.Fprintf(stderr, "%s on %s (%s): KV cache %d sequence(s) × %d tokens (%d MiB)\n", cfg.Architecture, b.Name(), m.DType(), seqs, toks, bytes>>20)
 	}
+	if room := m.MaxContext() - len(ids); *maxTokens > room {
+		if room < 1 {
+			return usageErr("the prompt's %d tokens fill the model's %d-token context", len(ids), m.MaxContext())
+		}
+		if !*asJSON {
+			fmt.Fprintf(stderr, "--max-tokens %d lowered to %d: the context holds %d tokens\n", *maxTokens, room, m.MaxContext())
+		}
+		*maxTokens = room
+	}
 	start := time.Now()
 	ch, err := e.Generate(ctx, llm.Request{Prompt: ids, MaxTokens: *maxTokens, Sampling: llm.SamplingParams{
 		Temperature: float32(*temperature), TopK: *topK, TopP: float32(*topP), MinP: float32(*minP), Seed: uint32(*seed)}})
