@@ -2,6 +2,7 @@ package serve
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -362,6 +363,7 @@ func (s *Server) oaiGenerate(w http.ResponseWriter, r *http.Request, chat bool) 
 	o := &oaiOut{s: s, g: g, w: w, rc: http.NewResponseController(w), chat: chat, logprobs: logprobs,
 		id: newID(map[bool]string{false: "cmpl-", true: "chatcmpl-"}[chat]), created: time.Now().Unix()}
 	_ = o.rc.SetWriteDeadline(time.Time{}) // set per write instead: generation outlasts the server's write timeout
+	defer o.cutWritesAtDrain()()
 	var st genStats
 	if q.Stream {
 		st, err = s.runGeneration(r.Context(), g, req, o.streamEvent)
@@ -463,11 +465,32 @@ func (o *oaiOut) sse(data []byte) error {
 		o.w.WriteHeader(http.StatusOK)
 		o.started = true
 	}
-	_ = o.rc.SetWriteDeadline(time.Now().Add(o.s.opts.Limits.WriteTimeout))
+	_ = o.rc.SetWriteDeadline(o.writeDeadline())
 	if _, err := fmt.Fprintf(o.w, "data: %s\n\n", data); err != nil {
 		return err
 	}
 	return o.rc.Flush()
+}
+
+// drainWriteGrace is how long a write may still take once the stream
+// drain deadline has passed.
+const drainWriteGrace = time.Second
+
+// writeDeadline is the deadline of the next write: the write timeout, or
+// drainWriteGrace once the stream drain deadline has passed.
+func (o *oaiOut) writeDeadline() time.Time {
+	if o.s.genCtx.Err() != nil {
+		return time.Now().Add(drainWriteGrace)
+	}
+	return time.Now().Add(o.s.opts.Limits.WriteTimeout)
+}
+
+// cutWritesAtDrain shortens the deadline of a write already blocked on a
+// client that does not read when the stream drain deadline passes, so
+// that the drain ends within StreamDrainTimeout plus drainWriteGrace
+// rather than the write timeout. It returns the function that stops it.
+func (o *oaiOut) cutWritesAtDrain() func() bool {
+	return context.AfterFunc(o.s.genCtx, func() { _ = o.rc.SetWriteDeadline(time.Now().Add(drainWriteGrace)) })
 }
 
 func (o *oaiOut) chunk(choices []any, u *usage) error {
@@ -524,7 +547,7 @@ func (o *oaiOut) writeWhole(st genStats) {
 	if o.chat {
 		object = "chat.completion"
 	}
-	_ = o.rc.SetWriteDeadline(time.Now().Add(o.s.opts.Limits.WriteTimeout))
+	_ = o.rc.SetWriteDeadline(o.writeDeadline())
 	writeJSON(o.w, http.StatusOK, map[string]any{"id": o.id, "object": object, "created": o.created, "model": o.g.name,
 		"choices": []any{o.choice(o.text.String(), o.tokens, o.lps, o.finish, true)}, "usage": st.usage()})
 }
@@ -583,6 +606,7 @@ func (s *Server) oipGenerate(w http.ResponseWriter, r *http.Request, stream bool
 	res.done()
 	o := &oaiOut{s: s, g: g, w: w, rc: http.NewResponseController(w)}
 	_ = o.rc.SetWriteDeadline(time.Time{})
+	defer o.cutWritesAtDrain()()
 	head := map[string]any{"model_name": g.name, "model_version": ModelVersion}
 	if q.ID != "" {
 		head["id"] = q.ID
@@ -616,7 +640,7 @@ func (s *Server) oipGenerate(w http.ResponseWriter, r *http.Request, stream bool
 			} else {
 				m := out(o.text.String(), o.finish)
 				m["prompt_tokens"], m["completion_tokens"] = st.prompt, st.completion
-				_ = o.rc.SetWriteDeadline(time.Now().Add(s.opts.Limits.WriteTimeout))
+				_ = o.rc.SetWriteDeadline(o.writeDeadline())
 				writeJSON(w, http.StatusOK, m)
 			}
 		}
