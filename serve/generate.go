@@ -38,14 +38,6 @@ func IsCheckpointDir(path string) bool {
 	return fileExists(filepath.Join(path, "config.json"))
 }
 
-// Generator is what the server needs from a generation engine;
-// *llm.Engine is one.
-type Generator interface {
-	Generate(ctx context.Context, r llm.Request) (<-chan llm.Token, error)
-	Capacity() (sequences, tokensPerSequence int, bytes int64)
-	Close() error
-}
-
 // generator is one served checkpoint: its tokenizer and weights from New,
 // its engine from Warmup.
 type generator struct {
