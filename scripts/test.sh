@@ -32,3 +32,4 @@ CGO_ENABLED=1 go test -race -short -count=1 -timeout 20m "$@" ./cache ./pjrt ./i
 echo "== plan: 7B and 70B decoders on v5e, v5p and v6e slices (libtpu, no TPU; a few minutes)"
 TB_PLAN_LARGE=1 CGO_ENABLED=0 go test -count=1 -timeout 20m -run TestPlanLlama "$@" ./plan/
 echo "== serve e2e (tritonclient over HTTP and gRPC)"; scripts/serve-e2e.sh
+echo "== openai e2e (the openai client against a served checkpoint)"; scripts/openai-e2e.sh

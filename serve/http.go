@@ -37,6 +37,7 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("POST "+prefix+"/infer", s.httpInfer)
 		mux.HandleFunc(prefix+"/infer", postOnly) // any other method: 405
 	}
+	s.registerGenerate(mux) // openai.go
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s (the API is under /v2)", r.Method, r.URL.Path))
@@ -60,6 +61,10 @@ func readyStatus(ready bool) int {
 }
 
 func (s *Server) httpModelMetadata(w http.ResponseWriter, r *http.Request) {
+	if g, err := s.lookupGen(r.PathValue("model"), r.PathValue("version")); err == nil {
+		writeJSON(w, http.StatusOK, g.metadata()) // openai.go
+		return
+	}
 	m, err := s.lookup(r.PathValue("model"), r.PathValue("version"))
 	if err != nil {
 		writeErr(w, err)
@@ -69,6 +74,10 @@ func (s *Server) httpModelMetadata(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) httpModelReady(w http.ResponseWriter, r *http.Request) {
+	if _, err := s.lookupGen(r.PathValue("model"), r.PathValue("version")); err == nil {
+		writeJSON(w, readyStatus(s.Ready()), map[string]bool{"ready": s.Ready()})
+		return
+	}
 	m, err := s.lookup(r.PathValue("model"), r.PathValue("version"))
 	if err != nil {
 		writeErr(w, err)

@@ -62,6 +62,12 @@ type Options struct {
 	// Backend runs the models; the caller opens and closes it.
 	Backend *tensorbridge.Backend
 	Models  []ModelSource
+	// Generators are checkpoint directories served for text generation
+	// (generate.go, openai.go), on device 0.
+	Generators []GeneratorSource
+	// StreamDrainTimeout bounds how long a drain lets running generations
+	// go on before cancelling them (default 10s, at most DrainTimeout).
+	StreamDrainTimeout time.Duration
 	// Replicas is how many devices each model is loaded on, from device 0
 	// (default: all of the backend's devices).
 	Replicas int
@@ -119,11 +125,15 @@ type Server struct {
 		last    time.Time
 		refused int
 	}
-	ready    atomic.Bool
-	draining atomic.Bool
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	closed   sync.Once
+	gens      map[string]*generator
+	genOrder  []string
+	genCtx    context.Context // cancelled at the stream drain deadline
+	genCancel context.CancelFunc
+	ready     atomic.Bool
+	draining  atomic.Bool
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closed    sync.Once
 }
 
 // New loads every model on its replicas and starts its batcher. The
@@ -132,12 +142,16 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if opts.Backend == nil {
 		return nil, &errs.Error{Kind: errs.InvalidArgument, Op: "serve", Err: errors.New("no backend")}
 	}
-	if len(opts.Models) == 0 {
+	if len(opts.Models) == 0 && len(opts.Generators) == 0 {
 		return nil, &errs.Error{Kind: errs.InvalidArgument, Op: "serve", Err: errors.New("no models to serve")}
 	}
 	if opts.DrainTimeout <= 0 {
 		opts.DrainTimeout = 30 * time.Second
 	}
+	if opts.StreamDrainTimeout <= 0 {
+		opts.StreamDrainTimeout = 10 * time.Second
+	}
+	opts.StreamDrainTimeout = min(opts.StreamDrainTimeout, opts.DrainTimeout)
 	if opts.MaxMessageBytes <= 0 {
 		opts.MaxMessageBytes = 512 << 20
 	}
@@ -175,7 +189,8 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, backend: opts.Backend, models: map[string]*model{}, log: opts.Logger,
 		reg: prometheus.NewRegistry(), health: health.NewServer(), stop: make(chan struct{}),
-		budget: &byteBudget{max: opts.MaxInflightBytes}, est: map[*model]*runEstimate{}}
+		budget: &byteBudget{max: opts.MaxInflightBytes}, est: map[*model]*runEstimate{}, gens: map[string]*generator{}}
+	s.genCtx, s.genCancel = context.WithCancel(context.Background())
 	if opts.AuthTokenFile != "" {
 		tf, err := newTokenFile(opts.AuthTokenFile, opts.Logger)
 		if err != nil {
@@ -209,6 +224,10 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		s.health.SetServingStatus(m.name, healthpb.HealthCheckResponse_NOT_SERVING)
 		s.log.Info("model loaded", m.describe()...)
 	}
+	if err := s.loadGenerators(ctx); err != nil {
+		s.closeModels()
+		return nil, err
+	}
 	for _, m := range s.models {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); m.dispatch(s.stop) }()
@@ -226,9 +245,14 @@ func (s *Server) Warmup(ctx context.Context) error {
 		}
 		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
+	for _, name := range s.genOrder {
+		if err := s.gens[name].warmup(ctx, s.log); err != nil {
+			return err
+		}
+	}
 	s.ready.Store(true)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	s.log.Info("ready", "models", s.order)
+	s.log.Info("ready", "models", s.order, "generators", s.genOrder)
 	return nil
 }
 
@@ -331,6 +355,7 @@ func (s *Server) Run(ctx context.Context, httpLn, grpcLn net.Listener) error {
 func (s *Server) drain(hs *http.Server, gs *grpc.Server) {
 	s.draining.Store(true)
 	s.health.Shutdown()
+	s.startGenDrain()
 	s.log.Info("draining: no new requests; waiting for accepted ones", "timeout", s.opts.DrainTimeout.String())
 	start := time.Now()
 	dctx, cancel := context.WithTimeout(context.Background(), s.opts.DrainTimeout)
@@ -386,6 +411,10 @@ func (s *Server) closeModels() {
 	for _, m := range s.models {
 		m.close()
 	}
+	for _, g := range s.gens {
+		g.close()
+	}
+	s.genCancel()
 }
 
 // lookup finds a model by name and version ("" or "1").

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/tensorbridge/tensorbridge"
+	"github.com/tensorbridge/tensorbridge/config"
+	"github.com/tensorbridge/tensorbridge/llm"
 	"github.com/tensorbridge/tensorbridge/serve"
 )
 
@@ -24,7 +26,7 @@ func init() {
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("serve", stderr, "MODEL.onnx... | --models DIR [--http ADDR] [--grpc ADDR] [--backend B] [batching flags] [limit, TLS and auth flags] [settings flags]")
+	fs := newFlags("serve", stderr, "MODEL.onnx... | CHECKPOINT_DIR... | --models DIR [--http ADDR] [--grpc ADDR] [--backend B] [batching flags] [limit, TLS and auth flags] [settings flags]")
 	modelsDir := fs.String("models", "", "serve every .onnx file in this directory (model name: the file name without .onnx)")
 	httpAddr := fs.String("http", "127.0.0.1:8000", `REST listen address ("" or "off": none)`)
 	grpcAddr := fs.String("grpc", "127.0.0.1:8001", `gRPC listen address ("" or "off": none)`)
@@ -51,6 +53,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
 	tlsClientCA := fs.String("tls-client-ca", "", "PEM CA certificates: require client certificates that chain to them (mutual TLS)")
 	tokenFile := fs.String("auth-token-file", "", `require "Authorization: Bearer <token>" on inference, metadata and metrics; the token is this file's content, trimmed, read again when the file changes (health and readiness stay open)`)
+	maxContext := fs.Int("max-context", 0, "checkpoint directories: cap the context length in tokens, prompt included (default: the config's max_position_embeddings)")
+	kvBytes := fs.Int64("kv-cache-bytes", 0, "checkpoint directories: KV cache size in bytes (default: 512 MiB on CPU backends, else what the memory budget leaves after the weights)")
+	maxSeqs := fs.Int("max-sequences", 0, "checkpoint directories: sequences generated at once, each holding one KV-cache slot (default 16)")
+	stream := fs.Duration("stream-drain-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long running generations may go on before they are cancelled")
 	metricsPublic := fs.Bool("metrics-public", false, "with --auth-token-file, leave /metrics open")
 	var sf settingsFlags
 	addSettingsFlags(fs, &sf)
@@ -129,7 +135,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"process_index", proc.Index, "process_count", proc.Count, "addressable_devices", proc.AddressableDevices)
 	}
 	var srcs []serve.ModelSource
+	var gens []serve.GeneratorSource
 	for _, p := range paths {
+		if serve.IsCheckpointDir(p) { // a Hugging Face checkpoint: generation (serve/openai.go)
+			if mf.mesh != "" || mf.strategy != "" {
+				return usageErr("--mesh/--strategy: tensor-parallel generation is not implemented yet; %s runs on device 0", p)
+			}
+			gens = append(gens, serve.GeneratorSource{Dir: p,
+				Load:   llm.LoadOptions{Precision: config.Precision(sf.precision), MaxContext: *maxContext},
+				Engine: llm.EngineOptions{KVCacheBytes: *kvBytes, MaxSequences: *maxSeqs, MaxQueue: *queueSize}})
+			continue
+		}
 		mesh, err := mf.resolve(ctx, b, p)
 		if err != nil {
 			return err
@@ -140,7 +156,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		srcs = append(srcs, serve.ModelSource{Name: strings.TrimSuffix(filepath.Base(p), filepath.Ext(p)), Path: p, Config: cfg, Mesh: mesh})
 	}
-	s, err := serve.New(ctx, serve.Options{Backend: b, Models: srcs, Replicas: *replicas, DrainTimeout: *drain,
+	s, err := serve.New(ctx, serve.Options{Backend: b, Models: srcs, Generators: gens, StreamDrainTimeout: *stream, Replicas: *replicas, DrainTimeout: *drain,
 		Logger: log, Version: tensorbridge.Version,
 		MaxMessageBytes: *maxReq, MaxInflightBytes: *maxInflight,
 		Limits: serve.Limits{ReadHeaderTimeout: *readHeaderTimeout, ReadTimeout: *readTimeout, WriteTimeout: *writeTimeout,
