@@ -359,7 +359,12 @@ func (v *pval) dAxes(dim string) []int {
 	return out
 }
 
+// sizeDep says whether v holds a value computed from the padded size. v is
+// nil for an optional input left empty (Clip(x, "", max)): nothing.
 func (r *padRun) sizeDep(v *pval) bool {
+	if v == nil {
+		return false
+	}
 	for _, e := range v.elems {
 		if r.isD(e) {
 			return true
