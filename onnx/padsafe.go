@@ -1714,7 +1714,18 @@ func (r *padRun) spatial(n *onnxpb.Node, op string, attrs map[string]*onnxpb.Att
 	if op == "BatchNormalization" && (attrI(attrs, "training_mode", 0) != 0 || len(n.Output) > 1) {
 		return fail("normalises over it (training mode)")
 	}
+	chanD := op == "InstanceNormalization" && r.isD(x.dims[1])
 	for _, p := range ins[1:] {
+		if chanD {
+			// Channels are independent; the per-channel scale and bias
+			// must be padded with them, or the padded run cannot match
+			// their sizes (the differential test found this: a scale of
+			// static size C beside a padded channel axis failed to run).
+			if p == nil || p.rank != 1 || p.dims[0] != x.dims[1] {
+				return fail("normalises channels along it with a scale or bias that does not carry it")
+			}
+			continue
+		}
 		if r.involved(p) {
 			return fail("takes a weight along it")
 		}
