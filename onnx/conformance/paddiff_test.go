@@ -50,6 +50,24 @@ import (
 // case. Its first run found a panic: the analysis dereferenced the empty
 // optional input of Clip(x, "", max) (test_clip_default_*).
 
+// padAxis picks the axis of the first input made symbolic: the leading one
+// (a batch), the second (channels, or a sequence after the batch), or the
+// last (features, a sequence).
+type padAxis struct {
+	name string
+	of   func(rank int) int
+}
+
+// padAxes are the variants run. The leading axis is the one issue 19 asks
+// for; the second and last cover the rules for other axes (the second
+// found InstanceNormalization padding its channels beside a scale of
+// static size).
+var padAxes = []padAxis{
+	{"axis0", func(int) int { return 0 }},
+	{"axis1", func(r int) int { return min(1, r-1) }},
+	{"last", func(r int) int { return r - 1 }},
+}
+
 // padDim is the symbolic dimension the test introduces.
 const padDim = "N"
 
@@ -73,7 +91,8 @@ func (o padOutcome) String() string {
 // padCase is one conformance case prepared for the differential run.
 type padCase struct {
 	suite, name, dir string
-	n                int      // the real leading size
+	axis             padAxis  // which axis of the first input is made N
+	n                int      // the real size of that axis
 	ops              []string // distinct op types of the main graph, sorted
 	outcome          padOutcome
 	detail           string // refusal reason, difference, or why skipped
@@ -95,45 +114,50 @@ func TestPaddingDifferential(t *testing.T) {
 		t.Skip("padding differential test skipped in -short mode")
 	}
 	for _, data := range Datasets {
-		t.Run(data.Name, func(t *testing.T) {
-			dir := data.Dir()
-			root, err := FindSuites(dir)
-			if errors.Is(err, ErrNoTestData) {
-				skipUnlessRequired(t, "no ONNX %s test data (%v); run %s", data.Name, err, data.Fetch)
+		for _, axis := range padAxes {
+			t.Run(data.Name+"/"+axis.name, func(t *testing.T) { testPadDiff(t, data, axis) })
+		}
+	}
+}
+
+// testPadDiff runs one data set with one axis made symbolic.
+func testPadDiff(t *testing.T, data Dataset, axis padAxis) {
+	dir := data.Dir()
+	root, err := FindSuites(dir)
+	if errors.Is(err, ErrNoTestData) {
+		skipUnlessRequired(t, "no ONNX %s test data (%v); run %s", data.Name, err, data.Fetch)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var match *regexp.Regexp
+	if m := os.Getenv("TENSORBRIDGE_ONNX_MATCH"); m != "" {
+		match = regexp.MustCompile(m)
+	}
+	start := time.Now()
+	cases := preparePadCases(t, root, match, axis)
+	runPadCases(t, cases)
+	t.Logf("%s, %s: %s in %s", data.Name, axis.name, padTally(cases), time.Since(start).Round(time.Millisecond))
+	for _, c := range cases {
+		if c.outcome == padDiffers {
+			t.Errorf("%s (ops %s): padding N (%s) from %d to %d changes the answer: %s",
+				c.id(), strings.Join(c.ops, ", "), axis.name, c.n, c.n+padExtra, c.detail)
+		}
+	}
+	if os.Getenv("TENSORBRIDGE_ONNX_VERBOSE") == "1" {
+		for _, c := range cases {
+			if c.outcome != padEqual {
+				t.Logf("%s: %s: %s", c.id(), c.outcome, c.detail)
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			var match *regexp.Regexp
-			if m := os.Getenv("TENSORBRIDGE_ONNX_MATCH"); m != "" {
-				match = regexp.MustCompile(m)
-			}
-			start := time.Now()
-			cases := preparePadCases(t, root, match)
-			runPadCases(t, cases)
-			t.Logf("%s: %s in %s", data.Name, padTally(cases), time.Since(start).Round(time.Millisecond))
-			for _, c := range cases {
-				if c.outcome == padDiffers {
-					t.Errorf("%s (ops %s): padding N from %d to %d changes the answer: %s",
-						c.id(), strings.Join(c.ops, ", "), c.n, c.n+padExtra, c.detail)
-				}
-			}
-			if os.Getenv("TENSORBRIDGE_ONNX_VERBOSE") == "1" {
-				for _, c := range cases {
-					if c.outcome != padEqual {
-						t.Logf("%s: %s: %s", c.id(), c.outcome, c.detail)
-					}
-				}
-			}
-			if match == nil && padBackend() == "cpu" {
-				checkPadGolden(t, filepath.Join("testdata", "golden", "paddiff."+data.Name+".cpu.txt"), data.Name, cases)
-			}
-		})
+		}
+	}
+	if match == nil && padBackend() == "cpu" {
+		checkPadGolden(t, filepath.Join("testdata", "golden", "paddiff."+data.Name+"."+axis.name+".cpu.txt"), data.Name+", "+axis.name, cases)
 	}
 }
 
 // preparePadCases lists the cases of every suite under root.
-func preparePadCases(t *testing.T, root string, match *regexp.Regexp) []*padCase {
+func preparePadCases(t *testing.T, root string, match *regexp.Regexp, axis padAxis) []*padCase {
 	t.Helper()
 	var cases []*padCase
 	for _, suite := range DefaultSuites {
@@ -148,7 +172,7 @@ func preparePadCases(t *testing.T, root string, match *regexp.Regexp) []*padCase
 			if !e.IsDir() || match != nil && !match.MatchString(e.Name()) {
 				continue
 			}
-			c := &padCase{suite: suite, name: e.Name(), dir: filepath.Join(root, suite, e.Name())}
+			c := &padCase{suite: suite, name: e.Name(), dir: filepath.Join(root, suite, e.Name()), axis: axis}
 			if _, err := symbolicModel(c); err != nil {
 				c.outcome, c.detail = padSkipped, err.Error()
 			}
@@ -159,7 +183,7 @@ func preparePadCases(t *testing.T, root string, match *regexp.Regexp) []*padCase
 }
 
 // errNoLeadingAxis marks a case the test cannot rewrite.
-var errNoLeadingAxis = errors.New("no static leading axis on a dense first input")
+var errNoLeadingAxis = errors.New("no static axis of size >= 1 to make symbolic on a dense first input")
 
 // symbolicModel reads the case's model and rewrites axis 0 of its first
 // input as N, with every output and (unless c.alone) every other input
@@ -194,16 +218,20 @@ func symbolicModel(c *padCase) (*onnx.Model, error) {
 		}
 	}
 	first := ins[0]
-	if !first.RankKnown || len(first.Dims) == 0 || first.Dims[0].Value < 1 {
+	if !first.RankKnown || len(first.Dims) == 0 {
 		return nil, errNoLeadingAxis
 	}
-	n := first.Dims[0].Value
+	ax := c.axis.of
+	n := first.Dims[ax(len(first.Dims))].Value
+	if n < 1 {
+		return nil, errNoLeadingAxis
+	}
 	user := map[string]bool{first.Name: true}
 	for _, in := range ins[1:] {
 		if !c.alone {
 			user[in.Name] = true
 		}
-		if in.RankKnown && len(in.Dims) > 0 && in.Dims[0].Value == n && !c.alone {
+		if in.RankKnown && len(in.Dims) > 0 && in.Dims[ax(len(in.Dims))].Value == n && !c.alone {
 			c.tied = true
 		}
 	}
@@ -221,8 +249,8 @@ func symbolicModel(c *padCase) (*onnx.Model, error) {
 				continue
 			}
 			dims := vi.Type.TensorType.Shape.Dim
-			if len(dims) > 0 && dims[0].HasDimValue && dims[0].DimValue == int64(n) {
-				dims[0] = onnxpb.Dimension{DimParam: padDim}
+			if len(dims) > 0 && dims[ax(len(dims))].HasDimValue && dims[ax(len(dims))].DimValue == int64(n) {
+				dims[ax(len(dims))] = onnxpb.Dimension{DimParam: padDim}
 			}
 		}
 	}
