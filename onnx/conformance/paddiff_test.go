@@ -29,17 +29,19 @@ import (
 // dimension only where the analysis proves padded positions cannot reach a
 // real output. This test checks those proofs against the ONNX conformance
 // cases instead of against the analysis' own reading of each op. Every case
-// whose first input has a static leading axis of size n >= 1 is rewritten
-// so that axis is the symbolic dimension "N" (in every input and output
-// that declares a leading axis of size n, as an exporter marking a batch
-// axis would), and loaded on the cpu backend with N bucketed to n+3. Where
-// the analysis pads N, the case runs on its first data set once padded and
+// whose first input has a static axis of size n >= 1 at the chosen place
+// (padAxes: the leading axis, the second, the last) is rewritten so that
+// axis is the symbolic dimension "N" (in every input and output that
+// declares a size n at the same place, as an exporter marking a batch axis
+// would), and loaded on the cpu backend with N bucketed to n+3. Where the
+// analysis pads N, the case runs on its first data set once padded and
 // once with exact shapes, and the outputs must be bit-identical: any
 // difference, or an error in only one of the runs, fails and names the ops.
 // Where the analysis refuses, the case counts as refused. The outcome per
-// case is checked against testdata/golden/paddiff.<data set>.cpu.txt, which
-// also tallies it per op, so a rule that starts or stops padding an op shows
-// in review (TENSORBRIDGE_UPDATE_GOLDEN=1 rewrites the file).
+// case is checked against testdata/golden/paddiff.<data set>.<axis>.cpu.txt,
+// which also tallies it per op, so a rule that starts or stops padding an
+// op shows in review (TENSORBRIDGE_UPDATE_GOLDEN=1 rewrites the files).
+// About 25 s on cpu for both data sets and all three axes (2 shared cores).
 //
 // Faults injected once to prove the test: dropping the "reduces over it"
 // refusal in (*padRun).reduce (onnx/padsafe.go) made 4 ONNX 1.12 cases
