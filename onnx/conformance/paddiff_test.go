@@ -312,6 +312,7 @@ func runPadCase(c *padCase, b *tensorbridge.Backend) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	done := make(chan struct{})
+	cc := *c // a case cut off by the timeout may go on running: on its own copy
 	var outcome padOutcome
 	var detail string
 	go func() {
@@ -321,7 +322,7 @@ func runPadCase(c *padCase, b *tensorbridge.Backend) {
 				outcome, detail = padDiffers, fmt.Sprintf("panic: %v\n%s", r, debug.Stack())
 			}
 		}()
-		outcome, detail = padCompare(ctx, c, b)
+		outcome, detail = padCompare(ctx, &cc, b)
 	}()
 	select {
 	case <-done:
