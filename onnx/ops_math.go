@@ -2,6 +2,7 @@ package onnx
 
 import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/tensorbridge/tensorbridge/onnx/onnxpb"
 )
 
 // Linear algebra and scans: MatMul, Gemm, CumSum.
@@ -10,6 +11,7 @@ func init() {
 	register("MatMul", 1, convMatMul)
 	register("Gemm", 7, convGemm)
 	register("CumSum", 11, convCumSum).needs(1)
+	registerPadRule("CumSum", padCumSum)
 	register("CumProd", 26, convCumProd).needs(1)
 }
 
@@ -146,6 +148,32 @@ func convGemm(c *opCtx) error {
 
 // convCumSum supports the exclusive and reverse attributes by reversing
 // (with a gather) and subtracting the input.
+// padCumSum is CumSum's padding rule (padsafe.go): a forward sum at a real
+// position reads only earlier positions, so padding at the end of the
+// summed axis is exact when real positions are a prefix of it (D itself,
+// or D merged batch-major); a reverse sum reads the padded positions.
+func padCumSum(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, fail func(string, ...any) []*pval) []*pval {
+	x := ins[0]
+	if x.rank < 0 {
+		return fail("has a rank the analysis does not know")
+	}
+	ax, ok := r.constInts(n, 1)
+	if !ok || len(ax) != 1 {
+		return fail("has an axis the analysis does not know")
+	}
+	a, ok := normAxis(ax[0], x.rank)
+	if !ok {
+		return fail("has an axis out of range")
+	}
+	if r.isD(x.dims[a]) && attrI(attrs, "reverse", 0) != 0 {
+		return fail("sums in reverse along it, so padded positions reach real ones")
+	}
+	if r.isD(x.dims[a]) && !r.batchMajor(x.dims[a]) {
+		return fail("sums along it merged behind other sizes, so padded positions come before real ones")
+	}
+	return []*pval{{rank: x.rank, dims: x.dims}}
+}
+
 func convCumSum(c *opCtx) error {
 	x := c.in(0)
 	ax := c.constInts(1)

@@ -6,6 +6,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/tensorbridge/tensorbridge/ir"
+	"github.com/tensorbridge/tensorbridge/onnx/onnxpb"
 )
 
 // Neural-network ops: activations, the softmax family, convolutions,
@@ -120,6 +121,7 @@ func init() {
 	register("BatchNormalization", 1, convBatchNorm)
 	register("InstanceNormalization", 1, convInstanceNorm)
 	register("LayerNormalization", 17, convLayerNorm)
+	registerPadRule("LayerNormalization", padLayerNorm)
 	register("GroupNormalization", 18, convGroupNorm)
 	register("LRN", 1, convLRN)
 	register("MeanVarianceNormalization", 9, convMVN)
@@ -599,6 +601,37 @@ func convInstanceNorm(c *opCtx) error {
 	y = graph.Add(graph.Mul(y, perChannel(c.in(1), x)), perChannel(c.in(2), x))
 	c.set(0, y)
 	return nil
+}
+
+// padLayerNorm is LayerNormalization's padding rule (padsafe.go): it
+// normalises over the axes from axis on, so padding is exact only along
+// an earlier axis, with scale and bias not carrying the padded dimension.
+// Its mean and inverse-deviation outputs keep the earlier axes.
+func padLayerNorm(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, fail func(string, ...any) []*pval) []*pval {
+	x := ins[0]
+	if x.rank < 0 {
+		return fail("has a rank the analysis does not know")
+	}
+	a, ok := normAxis(attrI(attrs, "axis", -1), x.rank)
+	if !ok {
+		return fail("has an axis out of range")
+	}
+	for i := a; i < x.rank; i++ {
+		if r.isD(x.dims[i]) {
+			return fail("normalises over it")
+		}
+	}
+	for _, p := range ins[1:] {
+		if r.involved(p) {
+			return fail("takes a scale or bias along it")
+		}
+	}
+	outs := []*pval{{rank: x.rank, dims: x.dims}}
+	stat := &pval{rank: x.rank, dims: append([]sdim{}, x.dims...)}
+	for i := a; i < x.rank; i++ {
+		stat.dims[i] = cdim(1)
+	}
+	return append(outs, stat, stat)
 }
 
 func convLayerNorm(c *opCtx) error {

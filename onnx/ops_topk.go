@@ -6,6 +6,7 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/tensorbridge/tensorbridge/ir"
+	"github.com/tensorbridge/tensorbridge/onnx/onnxpb"
 )
 
 // Selection ops: TopK and NonMaxSuppression.
@@ -33,11 +34,35 @@ import (
 func init() {
 	register("TopK", 1, convTopK)
 	register("TopK", 10, convTopK).needs(1)
+	registerPadRule("TopK", padTopK)
 	register("NonMaxSuppression", 10, nil).withHost(hostNonMaxSuppression).needsAll()
 }
 
 // topKRankLimit bounds the comparison tensor of the rank lowering.
 const topKRankLimit = 1 << 22
+
+// padTopK is TopK's padding rule (padsafe.go): it sorts along one axis, so
+// padding is exact only along another; k must not be computed from the
+// padded size. Both outputs have an unknown size along the sorted axis.
+func padTopK(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, fail func(string, ...any) []*pval) []*pval {
+	x := ins[0]
+	if x.rank < 0 {
+		return fail("has a rank the analysis does not know")
+	}
+	a, ok := normAxis(attrI(attrs, "axis", -1), x.rank)
+	if !ok {
+		return fail("has an axis out of range")
+	}
+	if r.isD(x.dims[a]) {
+		return fail("sorts along it")
+	}
+	if len(ins) > 1 && r.sizeDep(ins[1]) {
+		return fail("takes k from its size")
+	}
+	o := &pval{rank: x.rank, dims: append([]sdim{}, x.dims...)}
+	o.dims[a] = sdim{}
+	return []*pval{o, o}
+}
 
 func convTopK(c *opCtx) error {
 	xd := c.dims(0)

@@ -45,6 +45,17 @@ func TestPadSafetyRules(t *testing.T) {
 			"batch", true, "independent through all 2 ops", "copy of the last real row"},
 		{"broadcast against another dim", []onnxpb.ValueInfo{vi("x", F, "batch"), vi("z", F, "n")}, []onnxpb.ValueInfo{vi("y", F, "batch")}, nil,
 			[]onnxpb.Node{node("Add", []string{"x", "z"}, []string{"y"})}, "batch", false, "broadcasts it against", ""},
+		// An optional input left empty is no value: this panicked (nil
+		// dereference in sizeDep) until the differential test
+		// (onnx/conformance/paddiff_test.go) loaded ONNX's test_clip_default_max.
+		{"InstanceNormalization along channels, static scale", []onnxpb.ValueInfo{vi("x", F, 1, "c", 4)}, []onnxpb.ValueInfo{vi("y", F, 1, "c", 4)},
+			[]onnxpb.Tensor{tF32("s", []int64{3}, 1, 1, 1), tF32("b", []int64{3}, 0, 0, 0)},
+			[]onnxpb.Node{node("InstanceNormalization", []string{"x", "s", "b"}, []string{"y"})}, "c", false, "scale or bias that does not carry it", ""},
+		{"InstanceNormalization along channels, scale along them", []onnxpb.ValueInfo{vi("x", F, 1, "c", 4), vi("s", F, "c"), vi("b", F, "c")},
+			[]onnxpb.ValueInfo{vi("y", F, 1, "c", 4)}, nil,
+			[]onnxpb.Node{node("InstanceNormalization", []string{"x", "s", "b"}, []string{"y"})}, "c", true, "independent", ""},
+		{"Clip without min", x2, y2, []onnxpb.Tensor{f32s("hi", 1)}, []onnxpb.Node{node("Clip", []string{"x", "", "hi"}, []string{"y"})},
+			"batch", true, "independent", ""},
 		{"MatMul over other axes", x2, y2, []onnxpb.Tensor{w44}, []onnxpb.Node{node("MatMul", []string{"x", "w"}, []string{"y"})},
 			"batch", true, "independent", ""},
 		{"MatMul contracting over it", []onnxpb.ValueInfo{vi("x", F, 4, "batch")}, []onnxpb.ValueInfo{vi("y", F, 4, 4)}, nil,
