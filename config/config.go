@@ -280,6 +280,10 @@ func (c Config) Resolve(t Target) (Effective, error) {
 			noCacheDirOnce.Do(func() { slog.Warn("tensorbridge: compile cache disabled", "reason", why) })
 			break
 		}
+		if dir == "off" { // TENSORBRIDGE_CACHE_DIR=off, as --cache-dir off
+			add("cache_dir", "off", "$"+cache.EnvDir)
+			break
+		}
 		e.CacheDir = dir
 		add("cache_dir", dir, "default: the user cache directory")
 	default:

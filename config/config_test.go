@@ -136,3 +136,16 @@ func TestParseBuckets(t *testing.T) {
 		}
 	}
 }
+
+// TENSORBRIDGE_CACHE_DIR=off turns the disk cache off, as --cache-dir off
+// does, instead of naming a directory called "off" (which it did).
+func TestCacheDirOffFromEnvironment(t *testing.T) {
+	t.Setenv("TENSORBRIDGE_CACHE_DIR", "off")
+	e, err := Config{}.Resolve(Target{Platform: device.CPU})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.CacheDir != "" {
+		t.Fatalf("cache dir %q, want none (off)", e.CacheDir)
+	}
+}
