@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-
 	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/internal/capi"
 	"github.com/tensorbridge/tensorbridge/modelgen"

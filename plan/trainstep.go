@@ -254,4 +254,3 @@ func perDevice(sh ir.Shape, n int) int64 {
 	}
 	return b
 }
-

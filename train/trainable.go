@@ -32,4 +32,3 @@ func TrainableNames(m *onnx.Model, freeze string) (names []string, frozen int, f
 	}
 	return names, frozen, frozenElems, nil
 }
-

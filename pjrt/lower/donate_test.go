@@ -26,4 +26,3 @@ func TestDonate(t *testing.T) {
 		t.Error("donating a parameter main does not have: no error")
 	}
 }
-
