@@ -26,3 +26,18 @@ func TestDonate(t *testing.T) {
 		t.Error("donating a parameter main does not have: no error")
 	}
 }
+
+// Program.CompileText applies Program.Donated (the option plan --train
+// sets), and leaves the text alone without it.
+func TestCompileTextDonates(t *testing.T) {
+	text := "func.func @main(%a: tensor<2xf32>, %b: tensor<f32>) -> (tensor<f32>, tensor<2xf32>) {\n"
+	p := &Program{Text: []byte(text)}
+	if got, err := p.CompileText(); err != nil || string(got) != text {
+		t.Fatalf("no donation: %q, %v", got, err)
+	}
+	p.Donated = map[int]int{0: 1}
+	want := "func.func @main(%a: tensor<2xf32> {tf.aliasing_output = 1 : i32}, %b: tensor<f32>) -> (tensor<f32>, tensor<2xf32>) {\n"
+	if got, err := p.CompileText(); err != nil || string(got) != want {
+		t.Fatalf("donated: %q, %v; want %q", got, err, want)
+	}
+}
