@@ -348,7 +348,9 @@ func (t *Trainer) Stats() TrainStats {
 
 // BytesPerDevice is the bytes of trained weights and optimizer state the
 // first device holds: all of them on one device or with data parallelism
-// (every device holds a replica), about 1/D of them with fsdp over D devices.
+// (every device holds a replica), about 1/D of them with fsdp over D devices,
+// and with tp the model axis' share of each weight shard.Weight splits
+// (1/M of it) plus the weights it replicates.
 func (t *Trainer) BytesPerDevice() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
