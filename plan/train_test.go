@@ -188,12 +188,16 @@ func TestPlanLlamaTrain(t *testing.T) {
 		t.Errorf("fsdp v5e-4: fits %v, compiled %v, need %d of %d: %s", r.Fits, r.Compiled, r.PerDevice.PeakBytes, r.PerDevice.HBMBytes, r.FitReason)
 	}
 
-	// v5e-32 under fsdp: every 7B tensor has a dimension 32 divides, so
-	// each device holds 1/32 of the weights and state. The compiler's
-	// arguments less the batch match 12 x params / 32 = 2526905856 within
-	// 2e-6 (measured with libtpu 0.0.52, the pinned wheel:
-	// 2526906364, 508 bytes over, 2.0e-7). At batch 32 x 512 tokens the
-	// step fits (measured peak 10.78 GiB + 617 MiB code of 15.75 GiB).
+	// v5e-32 under fsdp: every 7B matrix has a dimension 32 divides, so
+	// each device holds 1/32 of the weights and state (the four float
+	// scalars whole). The compiler's arguments less the batch and the
+	// hyper-parameters match 12 x params / 32 + 3 x 16 = 2526905904 within
+	// 1e-5 (measured with libtpu 0.0.52, the pinned wheel: 2526912492,
+	// 6588 bytes over, 2.6e-6: the TPU lays each of the 12 scalar tensors,
+	// 4 weights and 8 AdamW moments, out in a padded tile; before the
+	// scalars were trained it was 508 bytes over). At batch 32 x 512
+	// tokens the step fits (measured peak 10.78 GiB + 626 MiB code of
+	// 15.75 GiB).
 	r, err = RunTrain(context.Background(), m, Options{Slice: "v5e-32", Strategy: "fsdp", Dims: map[string]int{"sequence": 512}}, TrainOptions{Batch: 32})
 	if err != nil {
 		t.Fatal(err)
@@ -204,8 +208,8 @@ func TestPlanLlamaTrain(t *testing.T) {
 	if got := d.WeightsBytes + d.OptimizerBytes; got != want {
 		t.Errorf("fsdp v5e-32: weights + optimizer state %d, want %d", got, want)
 	}
-	if got := float64(d.StateArgumentBytes); got < float64(want) || got > float64(want)*(1+2e-6) {
-		t.Errorf("fsdp v5e-32: the compiler's arguments less the batch: %d, want %d within 2e-6", d.StateArgumentBytes, want)
+	if got := float64(d.StateArgumentBytes); got < float64(want) || got > float64(want)*(1+1e-5) {
+		t.Errorf("fsdp v5e-32: the compiler's arguments less the batch: %d, want %d within 1e-5", d.StateArgumentBytes, want)
 	}
 	if !r.Fits || d.AliasBytes < want {
 		t.Errorf("fsdp v5e-32: fits %v (%s), aliased %d bytes, want the %d of weights and state", r.Fits, r.FitReason, d.AliasBytes, want)
