@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -205,9 +204,8 @@ func checkTrainSupported(m *Model, cfg train.Config) error {
 		return &errs.UnsupportedError{What: "feature", Name: "training a model loaded on a mesh",
 			Detail: "load the model on one device; Config.Mesh says how training spreads"}
 	}
-	if cfg.Strategy == "tp" {
-		return &errs.UnsupportedError{What: "feature", Name: "--strategy tp",
-			Detail: "tensor-parallel training is not implemented yet; --mesh data=D trains data-parallel (dp) or sharded (fsdp)"}
+	if cfg.Strategy == "tp" && cfg.Mesh == "" {
+		return &errs.InputError{Name: "--strategy", Problem: "value", Expected: "tp with --mesh data=D,model=M, M > 1", Got: "no --mesh"}
 	}
 	if cfg.Strategy == "fsdp" && (cfg.Mesh == "" || strings.HasPrefix(cfg.Mesh, "data=1,") || cfg.Mesh == "data=1") {
 		return &errs.InputError{Name: "--strategy", Problem: "value", Expected: "fsdp with --mesh data=D, D > 1", Got: "no data axis to shard over (--mesh " + cfg.Mesh + ")"}
@@ -230,27 +228,10 @@ func trainerMesh(b *Backend, cfg train.Config) (*trainMesh, error) {
 	return newTrainMesh(b, mesh, cfg.Batch, cfg.Strategy)
 }
 
-// trainableNames lists the floating-point initializers that Freeze does
-// not match, sorted by name, and counts the frozen ones.
-func trainableNames(m *onnx.Model, freeze string) (names []string, frozen int, frozenElems int64, err error) {
-	var re *regexp.Regexp
-	if freeze != "" {
-		if re, err = regexp.Compile(freeze); err != nil {
-			return nil, 0, 0, &errs.InputError{Name: "--freeze", Problem: "value", Expected: "a Go regexp", Got: err.Error()}
-		}
-	}
-	for _, p := range m.Initializers() {
-		if !p.Shape.DType.IsFloat() {
-			continue
-		}
-		if re != nil && re.MatchString(p.Name) {
-			frozen++
-			frozenElems += int64(p.Shape.Size())
-			continue
-		}
-		names = append(names, p.Name)
-	}
-	return names, frozen, frozenElems, nil
+// trainableNames is train.TrainableNames: the Trainer's and plan
+// --train's one rule for what is trained.
+func trainableNames(m *onnx.Model, freeze string) ([]string, int, int64, error) {
+	return train.TrainableNames(m, freeze)
 }
 
 // checkFits compares weights, gradients and optimizer state (each the
@@ -367,7 +348,9 @@ func (t *Trainer) Stats() TrainStats {
 
 // BytesPerDevice is the bytes of trained weights and optimizer state the
 // first device holds: all of them on one device or with data parallelism
-// (every device holds a replica), about 1/D of them with fsdp over D devices.
+// (every device holds a replica), about 1/D of them with fsdp over D devices,
+// and with tp the model axis' share of each weight shard.Weight splits
+// (1/M of it) plus the weights it replicates.
 func (t *Trainer) BytesPerDevice() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()

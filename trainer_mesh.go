@@ -16,32 +16,50 @@ import (
 	"github.com/tensorbridge/tensorbridge/shard"
 )
 
-// Data-parallel training (Config.Mesh "data=D").
+// Training over a mesh (Config.Mesh "data=D[,model=M]").
 //
 // The step program is the one-device program (Trainer.buildProgram) built
-// as one SPMD program over D devices with XLA's partitioner (Shardy, as
-// shard.Build does for inference): the batch inputs are split over the
-// data axis on their first dimension, the weights, optimizer state and
-// hyper-parameters replicated. The program's semantics are the global
-// batch's, so the loss is the mean over all D shards and the partitioner
-// inserts the all-reduce of the gradients; every device then applies the
-// same update to its replica. Each device holds a full replica of the
-// weights and optimizer state (device 0's are Trainer.weights and
-// Trainer.state, the others trainMesh.replicas), kept on the devices
-// between steps. Tensor parallelism and fsdp are refused (not built yet).
+// as one SPMD program over the D x M devices with XLA's partitioner
+// (Shardy, as shard.Build does for inference): the batch inputs are split
+// over the data axis on their first dimension, the hyper-parameters
+// replicated, and each weight with its optimizer state stored as the
+// strategy says (planStorage): replicated (dp), split over the data axis
+// (fsdp), or split over the model axis as shard.Weight splits it for
+// inference (tp). The program's semantics are the global batch's and the
+// whole weights', so the loss is the mean over all data shards and the
+// partitioner inserts the collectives (the gradients' all-reduce, tp's
+// partial-sum reductions, fsdp's gathers and reduce-scatters); each device
+// then updates the part of the weights and state it holds. Device 0's
+// parts are Trainer.weights and Trainer.state, the other devices'
+// trainMesh.replicas, kept on the devices between steps. Devices are
+// numbered in mesh order: device d is data index d/M, model index d%M.
 
-// trainMesh is a data-parallel trainer's mesh state.
+// trainMesh is a mesh trainer's state.
 type trainMesh struct {
 	mesh shard.Mesh
 	dm   *distributed.DeviceMesh
 	// replicas[d-1] are device d's weights then optimizer state (argument
-	// order: weights, then per slot per weight), d = 1..D-1.
+	// order: weights, then per slot per weight), d = 1..N-1 for the mesh's
+	// N devices.
 	replicas [][]*ir.Tensor
 	execs    map[string]*meshExec
-	// fsdp: weights and optimizer state are split over the data axis
-	// (splits, per stored argument); otherwise replicated.
-	fsdp   bool
-	splits []shard.Plan
+	// strategy is "dp" (also ""), "fsdp" or "tp"; splits (per stored
+	// argument) is how each weight and its state lie over the mesh.
+	strategy string
+	splits   []shard.Plan
+}
+
+// devices is the number of devices of the mesh.
+func (tm *trainMesh) devices() int { return tm.mesh.Devices() }
+
+// sharded says whether some stored argument is split (fsdp, tp).
+func (tm *trainMesh) sharded() bool {
+	for _, p := range tm.splits {
+		if p.Split() {
+			return true
+		}
+	}
+	return false
 }
 
 // meshExec is a compiled data-parallel step for one input shape.
@@ -52,11 +70,17 @@ type meshExec struct {
 	run    sync.Mutex   // GoMLX graphs: one execution at a time
 }
 
-// newTrainMesh checks the mesh against the backend and the batch.
+// newTrainMesh checks the mesh against the strategy, the backend and the
+// batch: a model axis is tensor parallelism (--strategy tp), which needs
+// one; dp and fsdp take a data axis only.
 func newTrainMesh(b *Backend, mesh shard.Mesh, batch int, strategy string) (*trainMesh, error) {
-	if mesh.Model > 1 {
-		return nil, &errs.UnsupportedError{What: "feature", Name: "--mesh " + mesh.String(),
-			Detail: "a model axis (tensor-parallel training) is not implemented; use data=D"}
+	switch {
+	case strategy == "tp" && mesh.Model <= 1:
+		return nil, &errs.InputError{Name: "--strategy", Problem: "value", Expected: "tp with --mesh data=D,model=M, M > 1",
+			Got: "no model axis to split the weights over (--mesh " + mesh.String() + ")"}
+	case strategy != "tp" && mesh.Model > 1:
+		return nil, &errs.InputError{Name: "--mesh", Problem: "value", Expected: "a model axis only with --strategy tp",
+			Got: fmt.Sprintf("--mesh %s with --strategy %q", mesh, strategy)}
 	}
 	if n := mesh.Devices(); n > len(b.devices) {
 		return nil, &errs.Error{Kind: errs.InvalidArgument, Backend: b.Name(), Op: "new trainer",
@@ -70,26 +94,32 @@ func newTrainMesh(b *Backend, mesh shard.Mesh, batch int, strategy string) (*tra
 	if err != nil {
 		return nil, err
 	}
-	return &trainMesh{mesh: mesh, dm: dm, execs: map[string]*meshExec{}, fsdp: strategy == "fsdp"}, nil
+	return &trainMesh{mesh: mesh, dm: dm, execs: map[string]*meshExec{}, strategy: strategy}, nil
 }
 
 // planStorage decides how each stored argument (weights, then optimizer
-// state per slot) lies over the mesh: replicated (dp), or with fsdp split
+// state per slot) lies over the mesh: replicated (dp); with fsdp split
 // over the data axis along its first dimension the axis divides
-// (replicated when none does).
+// (replicated when none does); with tp split over the model axis as
+// shard.Weight splits the weight for inference (Megatron's pattern by
+// Hugging Face names, else the last dimension the axis divides; 1-D
+// tensors replicated). A weight's optimizer state lies as the weight.
 func (t *Trainer) planStorage() {
 	tm := t.mesh
 	tm.splits = nil
 	for range 1 + len(t.slots) {
 		for _, p := range t.params {
 			pl := make(shard.Plan, p.Shape.Rank())
-			if tm.fsdp {
+			switch tm.strategy {
+			case "fsdp":
 				for a, d := range p.Shape.Dimensions {
 					if d%tm.mesh.Data == 0 {
 						pl[a] = shard.Data
 						break
 					}
 				}
+			case "tp":
+				pl, _ = shard.Weight(p.Name, p.Shape.Dimensions, tm.mesh.Model, shard.Options{})
 			}
 			tm.splits = append(tm.splits, pl)
 		}
@@ -116,7 +146,7 @@ func (t *Trainer) replicate() error {
 	}
 	src := t.deviceZero()
 	zero := make([]*ir.Tensor, len(src))
-	next := make([][]*ir.Tensor, tm.mesh.Data-1)
+	next := make([][]*ir.Tensor, tm.devices()-1)
 	fail := func(err error) error {
 		for _, r := range next {
 			freeAll(r)
@@ -134,7 +164,7 @@ func (t *Trainer) replicate() error {
 		if err != nil {
 			return fail(err)
 		}
-		parts := make([]*ir.Tensor, tm.mesh.Data)
+		parts := make([]*ir.Tensor, tm.devices())
 		for d := range parts {
 			parts[d] = h
 		}
@@ -155,7 +185,7 @@ func (t *Trainer) replicate() error {
 				return fail(err)
 			}
 		}
-		for d := 1; d < tm.mesh.Data; d++ {
+		for d := 1; d < tm.devices(); d++ {
 			r, err := ir.ToDevice(parts[d], t.b.drv.Engine(), d)
 			if err != nil {
 				return fail(err)
@@ -195,12 +225,12 @@ func (t *Trainer) hostArg(i int) (*ir.Tensor, error) {
 		return hostCopy(x)
 	}
 	tm := t.mesh
-	shards := make([]*ir.Tensor, tm.mesh.Data)
+	shards := make([]*ir.Tensor, tm.devices())
 	var err error
 	if shards[0], err = hostCopy(x); err != nil {
 		return nil, err
 	}
-	for d := 1; d < tm.mesh.Data; d++ {
+	for d := 1; d < tm.devices(); d++ {
 		if shards[d], err = hostCopy(tm.replicas[d-1][i]); err != nil {
 			return nil, err
 		}
@@ -215,6 +245,14 @@ func (t *Trainer) hostArg(i int) (*ir.Tensor, error) {
 		return nil, err
 	}
 	return dt.Merge()
+}
+
+// name is the strategy's name ("dp" when unset).
+func (tm *trainMesh) name() string {
+	if tm.strategy == "" {
+		return "dp"
+	}
+	return tm.strategy
 }
 
 func (tm *trainMesh) release() {
@@ -283,10 +321,10 @@ func (t *Trainer) meshExec(ctx context.Context, mb map[string]*ir.Tensor, k int)
 // compileMesh builds the step as one SPMD program over the mesh.
 func (t *Trainer) compileMesh(e *meshExec, k int) (err error) {
 	tm := t.mesh
-	g := ir.NewGraph(t.b.drv.Engine(), "train-dp:"+t.m.path)
+	g := ir.NewGraph(t.b.drv.Engine(), "train-"+tm.name()+":"+t.m.path)
 	defer func() {
 		if r := recover(); r != nil {
-			err = &errs.CompileError{Backend: t.b.Name(), Program: "train-dp:" + t.m.path, Err: fmt.Errorf("%v", r)}
+			err = &errs.CompileError{Backend: t.b.Name(), Program: "train-" + tm.name() + ":" + t.m.path, Err: fmt.Errorf("%v", r)}
 		}
 		if err != nil {
 			safeFinalize(g)
@@ -348,7 +386,7 @@ func (t *Trainer) compileMesh(e *meshExec, k int) (err error) {
 // and the time inside the program.
 func (t *Trainer) stepMesh(e *meshExec, args []*ir.Tensor) (loss, norm *ir.Tensor, ran time.Duration, err error) {
 	tm := t.mesh
-	D := tm.mesh.Data
+	D := tm.devices()
 	n := len(t.params) * (1 + len(t.slots))
 	per := len(args)
 	all := make([]any, per*D)
@@ -430,9 +468,9 @@ func (e *meshExec) execute(backend string, args []any) (res []*ir.Tensor, err er
 
 // evalWeights returns device 0's whole weights for the one-device
 // evaluation program, and a function freeing what it placed: with fsdp
-// the shards are gathered on the host and placed whole for the call.
+// or tp the shards are gathered on the host and placed whole for the call.
 func (t *Trainer) evalWeights() ([]*ir.Tensor, func(), error) {
-	if t.mesh == nil || !t.mesh.fsdp {
+	if t.mesh == nil || !t.mesh.sharded() {
 		return t.weights, func() {}, nil
 	}
 	var placed []*ir.Tensor

@@ -98,7 +98,7 @@ func TestEnv(t *testing.T) {
 func filterLog(b []byte) string {
 	var keep []string
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.Contains(l, "plan_test.go") || strings.HasPrefix(strings.TrimSpace(l), "---") || strings.Contains(l, "FAIL") {
+		if strings.Contains(l, "plan_test.go") || strings.Contains(l, "train_test.go") || strings.HasPrefix(strings.TrimSpace(l), "---") || strings.Contains(l, "FAIL") {
 			keep = append(keep, l)
 		}
 	}

@@ -34,6 +34,10 @@ type TrainOptions struct {
 	// LabelsDType is the dtype of cross-entropy labels: ir.Int64 (the
 	// default) or ir.Int32.
 	LabelsDType ir.DType
+	// Freeze is a Go regexp on initializer names: the floating-point
+	// initializers it matches are not trained (train.TrainableNames, the
+	// Trainer's rule); "" trains every floating-point initializer.
+	Freeze string
 }
 
 // TrainDevice is one device's figures for a training step. The compiler
@@ -69,9 +73,9 @@ type TrainReport struct {
 	Optimizer      string `json:"optimizer"`
 	OptimizerSlots int    `json:"optimizer_slots"`
 	Loss           string `json:"loss"`
-	// TrainableParams are the parameters trained (floating-point weights
-	// of at least onnx.WeightMinElements elements; smaller initializers
-	// stay constants of the program).
+	// TrainableParams are the parameters trained: every floating-point
+	// initializer the graph reads that TrainOptions.Freeze does not match
+	// (the Trainer's rule, train.TrainableNames).
 	TrainableParams  int64    `json:"trainable_params"`
 	TrainableTensors int      `json:"trainable_tensors"`
 	SamplesPerSecond float64  `json:"samples_per_second"`
@@ -250,6 +254,10 @@ func RunTrain(ctx context.Context, m *onnx.Model, o Options, t TrainOptions) (*T
 	if err != nil {
 		return nil, err
 	}
+	frozen, err := trainWeights(m, &spec, t.Freeze)
+	if err != nil {
+		return nil, err
+	}
 	p, err := m.SpecializeWith(shapes, nil, spec)
 	if err != nil {
 		return nil, err
@@ -267,7 +275,7 @@ func RunTrain(ctx context.Context, m *onnx.Model, o Options, t TrainOptions) (*T
 			rejected = append(rejected, Rejected{Strategy: strat, Reason: reason})
 			continue
 		}
-		ss := stepSpec{Mesh: mesh, Strategy: strat, Shard: o.Shard, Optimizer: t.Optimizer, Loss: t.Loss, LabelsDType: t.LabelsDType}
+		ss := stepSpec{Mesh: mesh, Strategy: strat, Shard: o.Shard, Optimizer: t.Optimizer, Loss: t.Loss, LabelsDType: t.LabelsDType, Frozen: frozen}
 		if auto {
 			if r := ruleOut(p, ss, o, t, sl, acc, top); r != nil {
 				rejected = append(rejected, Rejected{Strategy: strat, Reason: r.FitReason})
@@ -309,6 +317,42 @@ func RunTrain(ctx context.Context, m *onnx.Model, o Options, t TrainOptions) (*T
 	return best, nil
 }
 
+// trainWeights sets spec.Weights to the weight parameters of the step:
+// the initializers the Trainer trains (train.TrainableNames with freeze)
+// and those the size rule makes parameters anyway (onnx.WeightMinElements:
+// a model loaded by shape only holds no values for them to fold). It
+// returns the latter that are not trained: the step's frozen parameters.
+func trainWeights(m *onnx.Model, spec *onnx.SpecializeOptions, freeze string) (map[string]bool, error) {
+	names, _, _, err := train.TrainableNames(m, freeze)
+	if err != nil {
+		return nil, err
+	}
+	bySize, err := m.WeightParams(*spec)
+	if err != nil {
+		return nil, err
+	}
+	trained := make(map[string]bool, len(names))
+	for _, n := range names {
+		trained[n] = true
+	}
+	frozen := map[string]bool{}
+	for _, w := range bySize {
+		if !trained[w.Name] {
+			frozen[w.Name] = true
+			names = append(names, w.Name)
+		}
+	}
+	spec.Weights = names
+	if _, err := m.WeightParams(*spec); err != nil {
+		var ie *errs.InputError
+		if errors.As(err, &ie) {
+			return nil, fmt.Errorf("plan: weight %q cannot be trained: the importer needs its value when it builds the graph; freeze it (--freeze): %w", ie.Name, err)
+		}
+		return nil, err
+	}
+	return frozen, nil
+}
+
 func dropStrategy(rs []Rejected, s string) []Rejected {
 	var out []Rejected
 	for _, r := range rs {
@@ -323,7 +367,7 @@ func dropStrategy(rs []Rejected, s string) []Rejected {
 func layoutOf(p *onnx.Plan, s stepSpec) (weights, optim int64, params int64, tensors int) {
 	slots := int64(optimizerSlots(s.Optimizer))
 	for _, w := range p.Weights() {
-		if !w.Shape.DType.IsFloat() {
+		if s.Frozen[w.Name] {
 			continue
 		}
 		pl, _ := weightSplit(w.Name, w.Shape.Dimensions, s)
@@ -395,11 +439,10 @@ func planTrainOne(ctx context.Context, p *onnx.Plan, s stepSpec, o Options, t Tr
 	r.Notes = append(r.Notes, l.Notes...)
 	d := &r.PerDevice
 	d.WeightsBytes, d.GradientBytes, d.OptimizerBytes, d.BatchBytes = l.WeightsPerDev, l.WeightsPerDev, l.OptimPerDev, l.BatchPerDev
-	text, err := eng.Program().CompileText()
+	prog := eng.Program()
+	prog.Donated = l.Donated
+	text, err := prog.CompileText()
 	if err != nil {
-		return nil, err
-	}
-	if text, err = donate(text, l.Donated); err != nil {
 		return nil, err
 	}
 	opts := capi.CompileOptions{NumReplicas: 1, NumPartitions: n, DeviceAssignment: [][]int{top.ids[:n]}}
@@ -425,7 +468,7 @@ func planTrainOne(ctx context.Context, p *onnx.Plan, s stepSpec, o Options, t Tr
 		return nil, fmt.Errorf("plan: compiled memory stats: %w", err)
 	}
 	d.ArgumentBytes, d.OutputBytes, d.AliasBytes, d.TempBytes, d.GeneratedCodeBytes = ms.Argument, ms.Output, ms.Alias, ms.Temp, ms.GeneratedCode
-	d.StateArgumentBytes = ms.Argument - l.BatchPerDev - 4 // less the batch and the float32 step number
+	d.StateArgumentBytes = ms.Argument - l.BatchPerDev - 4*train.NumHyper // less the batch and the float32 hyper-parameters
 	d.PeakBytes = ms.Peak
 	if d.PeakBytes == 0 {
 		d.PeakBytes = ms.Argument + ms.Output - ms.Alias + ms.Temp

@@ -5,14 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
-	"slices"
 	"strings"
 	"testing"
-
-	"github.com/gomlx/gomlx/backends/simplego"
-	"github.com/gomlx/gomlx/pkg/core/graph"
 
 	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/internal/capi"
@@ -36,9 +31,9 @@ func logTrain(t *testing.T, r *TrainReport) {
 // The MLP of testdata/models (64-128-64-10, exported from PyTorch) planned
 // for training on v5e-4, in float32. The independent reference is the
 // architecture: Linear(64,128), Linear(128,64), Linear(64,10) hold
-// 8192+128 + 8192+64 + 640+10 = 17226 parameters (mlp.json's "params").
-// The 10-element output bias has fewer than onnx.WeightMinElements
-// elements and stays a constant of the program, so 17216 are trained.
+// 8192+128 + 8192+64 + 640+10 = 17226 parameters (mlp.json's "params"),
+// all trained (the Trainer's rule: every floating-point initializer not
+// frozen), in 6 tensors.
 func TestPlanTrainMLP(t *testing.T) {
 	if !inChild(t) {
 		return
@@ -49,9 +44,9 @@ func TestPlanTrainMLP(t *testing.T) {
 	}
 	const (
 		batch    = 8
-		trained  = 8192 + 128 + 8192 + 64 + 640 // 17216
+		trained  = 8192 + 128 + 8192 + 64 + 640 + 10 // 17226
 		matrices = 8192 + 8192 + 640
-		biases   = 128 + 64
+		biases   = 128 + 64 + 10
 	)
 	loss, err := train.ParseLoss("cross_entropy:log_probs:labels")
 	if err != nil {
@@ -68,8 +63,9 @@ func TestPlanTrainMLP(t *testing.T) {
 		// know: by their last dimension, 64, 128 and 64) over the model
 		// axis and replicates the 1-D biases; the batch is whole.
 		{"tp", matrices*4/4 + biases*4, batch*64*4 + batch*8},
-		// fsdp: every tensor has a dimension 4 divides: a quarter each.
-		{"fsdp", trained * 4 / 4, (batch*64*4 + batch*8) / 4},
+		// fsdp: every tensor but the 10-element output bias has a
+		// dimension 4 divides: a quarter each; that bias is replicated.
+		{"fsdp", (trained-10)*4/4 + 10*4, (batch*64*4 + batch*8) / 4},
 	}
 	for _, tc := range cases {
 		r, err := RunTrain(context.Background(), m, Options{Slice: "v5e-4", Strategy: tc.strategy, Precision: "float32", Model: "mlp"},
@@ -79,8 +75,8 @@ func TestPlanTrainMLP(t *testing.T) {
 		}
 		logTrain(t, r)
 		d := r.PerDevice
-		if r.TrainableParams != trained || r.TrainableTensors != 5 || r.Strategy != tc.strategy || !r.Compiled {
-			t.Errorf("%s: trains %d parameters in %d tensors (strategy %s, compiled %v), want %d in 5", tc.strategy, r.TrainableParams, r.TrainableTensors, r.Strategy, r.Compiled, trained)
+		if r.TrainableParams != trained || r.TrainableTensors != 6 || r.Strategy != tc.strategy || !r.Compiled {
+			t.Errorf("%s: trains %d parameters in %d tensors (strategy %s, compiled %v), want %d in 6", tc.strategy, r.TrainableParams, r.TrainableTensors, r.Strategy, r.Compiled, trained)
 		}
 		if d.WeightsBytes != tc.weights || d.GradientBytes != tc.weights || d.OptimizerBytes != 2*tc.weights || d.BatchBytes != tc.batch {
 			t.Errorf("%s: weights %d, gradients %d, optimizer %d, batch %d; want %d, %d, %d, %d",
@@ -134,31 +130,6 @@ func TestPlanTrainBadInput(t *testing.T) {
 	}
 }
 
-// donate adds tf.aliasing_output to the arguments it is given, inside an
-// existing attribute dictionary or as a new one, and nothing else.
-func TestDonate(t *testing.T) {
-	cases := []struct {
-		in, want string
-		donated  map[int]int
-	}{
-		{"func.func @main(%a: tensor<2x3xf32>, %b: tensor<f32>) -> (tensor<f32>) {\n",
-			"func.func @main(%a: tensor<2x3xf32> {tf.aliasing_output = 1 : i32}, %b: tensor<f32>) -> (tensor<f32>) {\n",
-			map[int]int{0: 1}},
-		{`func.func @main(%a: tensor<4xf32> { sdy.sharding = #sdy.sharding<@mesh, [{"data"}]> }, %b: tensor<4xf32> { sdy.sharding = #sdy.sharding<@mesh, [{}, {}]> }) -> ()`,
-			`func.func @main(%a: tensor<4xf32> { sdy.sharding = #sdy.sharding<@mesh, [{"data"}]> }, %b: tensor<4xf32> { tf.aliasing_output = 0 : i32, sdy.sharding = #sdy.sharding<@mesh, [{}, {}]> }) -> ()`,
-			map[int]int{1: 0}},
-	}
-	for _, tc := range cases {
-		got, err := donate([]byte(tc.in), tc.donated)
-		if err != nil || string(got) != tc.want {
-			t.Errorf("donate(%q) =\n%q, %v\nwant\n%q", tc.in, got, err, tc.want)
-		}
-	}
-	if _, err := donate([]byte("func.func @main(%a: tensor<f32>) -> ()"), map[int]int{3: 0}); err == nil {
-		t.Error("donating a parameter main does not have: no error")
-	}
-}
-
 // The 7B decoder with AdamW (float32 master weights and two float32
 // moments: 12 bytes per parameter, plus 4 of gradients) planned for
 // training (TB_PLAN_LARGE=1: the v5e-32 compile takes about 3 CPU-minutes
@@ -173,6 +144,10 @@ func TestPlanLlamaTrain(t *testing.T) {
 	}
 	m := generated(t, "llama-7b")
 	params := modelgen.Presets["llama-7b"].Params()
+	// Besides Params(), the generated decoder holds four float32 scalar
+	// initializers (eps, scale, neg, zero: modelgen), trained by the
+	// Trainer's rule and replicated: 16 bytes of weights per device.
+	const scalars = 4 * 4
 
 	// v5e-4 (4 x 16 GiB): weights and AdamW state alone are 12 x 6.74e9 =
 	// 81 GB, more than the slice's 64 GiB however they are split, so auto
@@ -195,8 +170,8 @@ func TestPlanLlamaTrain(t *testing.T) {
 		}
 	}
 	// The smallest need, fsdp's, is a quarter of weights, gradients and
-	// state: 16 bytes per parameter / 4.
-	if want := params * 16 / 4; r.Strategy != StrategyFSDP || r.PerDevice.PeakBytes != want {
+	// state: 16 bytes per parameter / 4 (and the scalars' 4 x 16 whole).
+	if want := params*16/4 + 4*scalars; r.Strategy != StrategyFSDP || r.PerDevice.PeakBytes != want {
 		t.Errorf("v5e-4: closest %s needing %d, want fsdp needing %d", r.Strategy, r.PerDevice.PeakBytes, want)
 	}
 
@@ -213,24 +188,28 @@ func TestPlanLlamaTrain(t *testing.T) {
 		t.Errorf("fsdp v5e-4: fits %v, compiled %v, need %d of %d: %s", r.Fits, r.Compiled, r.PerDevice.PeakBytes, r.PerDevice.HBMBytes, r.FitReason)
 	}
 
-	// v5e-32 under fsdp: every 7B tensor has a dimension 32 divides, so
-	// each device holds 1/32 of the weights and state. The compiler's
-	// arguments less the batch match 12 x params / 32 = 2526905856 within
-	// 2e-6 (measured with libtpu 0.0.52, the pinned wheel:
-	// 2526906364, 508 bytes over, 2.0e-7). At batch 32 x 512 tokens the
-	// step fits (measured peak 10.78 GiB + 617 MiB code of 15.75 GiB).
+	// v5e-32 under fsdp: every 7B matrix has a dimension 32 divides, so
+	// each device holds 1/32 of the weights and state (the four float
+	// scalars whole). The compiler's arguments less the batch and the
+	// hyper-parameters match 12 x params / 32 + 3 x 16 = 2526905904 within
+	// 1e-5 (measured with libtpu 0.0.52, the pinned wheel: 2526912492,
+	// 6588 bytes over, 2.6e-6: the TPU lays each of the 12 scalar tensors,
+	// 4 weights and 8 AdamW moments, out in a padded tile; before the
+	// scalars were trained it was 508 bytes over). At batch 32 x 512
+	// tokens the step fits (measured peak 10.78 GiB + 626 MiB code of
+	// 15.75 GiB).
 	r, err = RunTrain(context.Background(), m, Options{Slice: "v5e-32", Strategy: "fsdp", Dims: map[string]int{"sequence": 512}}, TrainOptions{Batch: 32})
 	if err != nil {
 		t.Fatal(err)
 	}
 	logTrain(t, r)
-	want := params * 12 / 32
+	want := params*12/32 + 3*scalars
 	d := r.PerDevice
 	if got := d.WeightsBytes + d.OptimizerBytes; got != want {
 		t.Errorf("fsdp v5e-32: weights + optimizer state %d, want %d", got, want)
 	}
-	if got := float64(d.StateArgumentBytes); got < float64(want) || got > float64(want)*(1+2e-6) {
-		t.Errorf("fsdp v5e-32: the compiler's arguments less the batch: %d, want %d within 2e-6", d.StateArgumentBytes, want)
+	if got := float64(d.StateArgumentBytes); got < float64(want) || got > float64(want)*(1+1e-5) {
+		t.Errorf("fsdp v5e-32: the compiler's arguments less the batch: %d, want %d within 1e-5", d.StateArgumentBytes, want)
 	}
 	if !r.Fits || d.AliasBytes < want {
 		t.Errorf("fsdp v5e-32: fits %v (%s), aliased %d bytes, want the %d of weights and state", r.Fits, r.FitReason, d.AliasBytes, want)
@@ -267,102 +246,5 @@ func TestOutOfMemoryByCode(t *testing.T) {
 	reason, need := oomReason(&capi.Error{Code: capi.CodeResourceExhausted, Message: "Ran out of memory: the total memory required for HLO temporaries (18.47G) exceeds available HBM (15.75G)."})
 	if want := 18.47 * (1 << 30); float64(need) != float64(int64(want)) || !strings.Contains(reason, "needs 18.47G of 15.75G") {
 		t.Errorf("oomReason: %q, %d", reason, need)
-	}
-}
-
-// The optimizer updates against closed forms (run on the pure-Go engine):
-// with a constant gradient g, Adam's bias-corrected moments are exactly g
-// and g*g at every step, so each AdamW step is w*(1-lr*wd) - lr*g/(|g|+eps)
-// (torch.optim.AdamW's algorithm); Adam adds wd*w to g first; SGD with
-// momentum mu moves by lr*g, then lr*(1+mu)*g (torch's first-step buffer is
-// the gradient).
-func TestUpdateClosedForm(t *testing.T) {
-	eng, err := simplego.New("ops_sequential")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Finalize()
-	w0 := []float32{0.5, -1.25, 2}
-	gr := []float32{0.1, -3, 0.002}
-	adamw := train.Optimizer{Kind: train.AdamW, LR: 0.01, Beta1: 0.9, Beta2: 0.999, Eps: 1e-3, WeightDecay: 0.1}
-	adam := adamw
-	adam.Kind = train.Adam
-	sgd := train.Optimizer{Kind: train.SGD, LR: 0.1, Momentum: 0.5, WeightDecay: 0}
-	type ref func(w, g float64, step int) float64 // w after this step from w before
-	cases := []struct {
-		name string
-		o    train.Optimizer
-		want ref
-	}{
-		{"adamw", adamw, func(w, g float64, _ int) float64 {
-			return w*(1-0.01*0.1) - 0.01*g/(math.Abs(g)+1e-3)
-		}},
-		{"sgd momentum", sgd, func(w, g float64, step int) float64 { return w - 0.1*g*[]float64{1, 1.5}[step-1] }},
-	}
-	for _, tc := range cases {
-		exec := graph.MustNewExec(eng, func(w, g, m, v, step *graph.Node) []*graph.Node {
-			var st []*graph.Node
-			switch optimizerSlots(tc.o) {
-			case 2:
-				st = []*graph.Node{m, v}
-			case 1:
-				st = []*graph.Node{m}
-			}
-			nw, ns := update(tc.o, w, g, st, step)
-			outs := []*graph.Node{nw, m, v}
-			copy(outs[1:], ns)
-			return outs
-		})
-		w, m, v := slices.Clone(w0), make([]float32, 3), make([]float32, 3)
-		want := make([]float64, 3)
-		for i := range want {
-			want[i] = float64(w0[i])
-		}
-		for step := 1; step <= 2; step++ {
-			out := exec.MustExec(w, gr, m, v, float32(step))
-			w, m, v = out[0].Value().([]float32), out[1].Value().([]float32), out[2].Value().([]float32)
-			for i := range want {
-				want[i] = tc.want(want[i], float64(gr[i]), step)
-				if d := math.Abs(float64(w[i]) - want[i]); d > 1e-6*math.Max(1, math.Abs(want[i])) {
-					t.Errorf("%s step %d: w[%d] = %v, want %v", tc.name, step, i, w[i], want[i])
-				}
-			}
-		}
-		exec.Finalize()
-	}
-	// Adam's L2 decay enters the gradient, so the gradient is no longer
-	// constant; its first step is still lr*sign-like: w - lr*g'/(|g'|+eps)
-	// with g' = g + wd*w.
-	exec := graph.MustNewExec(eng, func(w, g, m, v, step *graph.Node) []*graph.Node {
-		nw, _ := update(adam, w, g, []*graph.Node{m, v}, step)
-		return []*graph.Node{nw}
-	})
-	defer exec.Finalize()
-	got := exec.MustExec(w0, gr, make([]float32, 3), make([]float32, 3), float32(1))[0].Value().([]float32)
-	for i := range w0 {
-		g := float64(gr[i]) + 0.1*float64(w0[i])
-		want := float64(w0[i]) - 0.01*g/(math.Abs(g)+1e-3)
-		if math.Abs(float64(got[i])-want) > 1e-6 {
-			t.Errorf("adam step 1: w[%d] = %v, want %v", i, got[i], want)
-		}
-	}
-}
-
-// Cross entropy against closed forms: equal logits give log(classes);
-// logits (0, ln 3, 0, 0) with label 1 give -ln(3/6); the mean runs over every
-// leading position.
-func TestCrossEntropyClosedForm(t *testing.T) {
-	eng, err := simplego.New("ops_sequential")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Finalize()
-	exec := graph.MustNewExec(eng, func(logits, labels *graph.Node) *graph.Node { return crossEntropy(logits, labels) })
-	defer exec.Finalize()
-	ln3 := float32(math.Log(3))
-	got := exec.MustExec([][][]float32{{{0, 0, 0, 0}, {0, ln3, 0, 0}}}, [][]int64{{2, 1}})[0].Value().(float32)
-	want := (math.Log(4) + -math.Log(3.0/6)) / 2 // second row: p = 3/(3+1+1+1)
-	if math.Abs(float64(got)-want) > 1e-6 {
-		t.Errorf("cross entropy %v, want %v", got, want)
 	}
 }

@@ -76,25 +76,54 @@ type StepSpec struct {
 	// MicroBatches is how many micro-batches the step averages the
 	// gradients of (gradient accumulation); 0 means 1.
 	MicroBatches int
+	// Frozen names weights of Plan.Weights that are graph parameters but
+	// not trained: the forward pass reads them, nothing differentiates or
+	// updates them, and they have no optimizer state. The Trainer folds its
+	// frozen weights into the program as constants and leaves this empty;
+	// plan --train, which compiles models loaded by shape only (no weight
+	// values to fold), passes them as parameters.
+	Frozen map[string]bool
+}
+
+// Trained returns the weights of spec.Plan the step trains: Plan.Weights
+// less spec.Frozen, in Plan.Weights order.
+func (spec StepSpec) Trained() []onnx.Param {
+	var out []onnx.Param
+	for _, w := range spec.Plan.Weights() {
+		if !spec.Frozen[w.Name] {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // StepNodes are the step's graph inputs.
 type StepNodes struct {
-	// Weights: one per Plan.Weights, in that order.
+	// Weights: one per Plan.Weights, in that order. A trained weight's
+	// node is its master copy: when its dtype differs from the plan's (a
+	// float32 master under bfloat16 compute without Mixed), the forward
+	// pass reads it cast to the plan's dtype, and the gradient and the
+	// update are taken in the master's dtype.
 	Weights []*ir.Node
-	// State: per StateSlots slot, one per weight.
+	// State: per StateSlots slot, one per trained weight (StepSpec.Trained).
 	State [][]*ir.Node
 	// Batches: per micro-batch, a node per Plan.Params name and, for the
 	// cross_entropy and mse losses, one for Loss.Target.
 	Batches []map[string]*ir.Node
 	// Hyper: a float32 vector of NumHyper elements (Hyper).
 	Hyper *ir.Node
+	// NewTarget, when set, declares the loss target of a micro-batch that
+	// lacks one, once the forward pass has given the output's shape: dims
+	// are the labels' (the logits' less the class axis, int64 unless the
+	// caller picks int32) or the targets' (the output's, floating point)
+	// dimensions. plan --train uses it to size the labels from the model.
+	NewTarget func(kind LossKind, dims []int) *ir.Node
 }
 
 // StepOutputs are the step's results.
 type StepOutputs struct {
-	Weights []*ir.Node   // updated, one per weight
-	State   [][]*ir.Node // updated, per slot, per weight
+	Weights []*ir.Node   // updated, one per trained weight (StepSpec.Trained)
+	State   [][]*ir.Node // updated, per slot, per trained weight
 	// Loss is the mean of the micro-batches' losses (float32 scalar), before the update.
 	Loss *ir.Node
 	// GradNorm is the global norm of the averaged gradients before
@@ -116,7 +145,15 @@ func BuildStep(g *ir.Graph, spec StepSpec, in StepNodes) (out StepOutputs, err e
 	if len(in.Weights) != len(ws) {
 		return out, fmt.Errorf("train: %d weight nodes for %d weights", len(in.Weights), len(ws))
 	}
-	if len(ws) == 0 {
+	var masters []*ir.Node // the trained weights' nodes, in Trained order
+	var trained []onnx.Param
+	for i, w := range ws {
+		if !spec.Frozen[w.Name] {
+			masters = append(masters, in.Weights[i])
+			trained = append(trained, w)
+		}
+	}
+	if len(masters) == 0 {
 		return out, invalid("nothing to train: every floating-point initializer is frozen (or unused)")
 	}
 	var losses []*ir.Node
@@ -124,11 +161,14 @@ func BuildStep(g *ir.Graph, spec StepSpec, in StepNodes) (out StepOutputs, err e
 		nodes := make(map[string]*ir.Node, len(ws)+len(b))
 		for i, w := range ws {
 			nodes[w.Name] = in.Weights[i]
+			if in.Weights[i].DType() != w.Shape.DType {
+				nodes[w.Name] = graph.ConvertDType(in.Weights[i], w.Shape.DType)
+			}
 		}
 		for name, n := range b {
 			nodes[name] = n
 		}
-		l, classes, err := BuildLoss(g, spec.Plan, spec.Loss, nodes)
+		l, classes, err := buildLoss(g, spec.Plan, spec.Loss, nodes, in.NewTarget)
 		if err != nil {
 			return out, err
 		}
@@ -142,13 +182,13 @@ func BuildStep(g *ir.Graph, spec StepSpec, in StepNodes) (out StepOutputs, err e
 	if k > 1 {
 		loss = graph.DivScalar(loss, float64(k))
 	}
-	grads, err := gradients(loss, in.Weights, ws)
+	grads, err := gradients(loss, masters, trained)
 	if err != nil {
 		return out, err
 	}
 	out.Loss = loss
 	grads, out.GradNorm = clip(grads, spec.ClipGradNorm)
-	out.Weights, out.State = update(spec.Optimizer, in.Weights, in.State, grads, in.Hyper)
+	out.Weights, out.State = update(spec.Optimizer, masters, in.State, grads, in.Hyper)
 	return out, nil
 }
 
@@ -158,6 +198,12 @@ func BuildStep(g *ir.Graph, spec StepSpec, in StepNodes) (out StepOutputs, err e
 // is not a floating-point scalar, or logits and labels that disagree, wrap
 // errs.ErrInvalidInput.
 func BuildLoss(g *ir.Graph, plan *onnx.Plan, loss Loss, nodes map[string]*ir.Node) (*ir.Node, int, error) {
+	return buildLoss(g, plan, loss, nodes, nil)
+}
+
+// buildLoss is BuildLoss, declaring a missing target with newTarget when
+// it is set (StepNodes.NewTarget).
+func buildLoss(g *ir.Graph, plan *onnx.Plan, loss Loss, nodes map[string]*ir.Node, newTarget func(LossKind, []int) *ir.Node) (*ir.Node, int, error) {
 	in := make(map[string]*ir.Node, len(nodes))
 	for name, n := range nodes {
 		if loss.Kind == LossOutput || name != loss.Target {
@@ -180,10 +226,17 @@ func BuildLoss(g *ir.Graph, plan *onnx.Plan, loss Loss, nodes map[string]*ir.Nod
 		return nil, 0, invalid("--loss %s: output %q is %s, want a floating-point tensor", loss, loss.Output, out.Shape())
 	}
 	out = graph.ConvertDType(out, ir.Float32)
+	if nodes[loss.Target] == nil && newTarget != nil && loss.Kind != LossOutput {
+		dims := out.Shape().Dimensions
+		if loss.Kind == LossCrossEntropy && len(dims) > 0 {
+			dims = dims[:len(dims)-1]
+		}
+		nodes[loss.Target] = newTarget(loss.Kind, dims)
+	}
 	switch loss.Kind {
 	case LossOutput:
 		if out.Rank() != 0 {
-			return nil, 0, invalid("--loss %s: output %q has shape %v, want a scalar loss", loss, loss.Output, out.Shape().Dimensions)
+			return nil, 0, invalid("--loss %s: output %q has shape %v, not a scalar: want a scalar loss", loss, loss.Output, out.Shape().Dimensions)
 		}
 		return out, 0, nil
 	case LossCrossEntropy:
@@ -211,8 +264,8 @@ func crossEntropy(logits, labels *ir.Node, loss Loss) (*ir.Node, int, error) {
 	if len(ld) == 0 {
 		return nil, 0, invalid("--loss %s: logits %q are a scalar, want classes on the last axis", loss, loss.Output)
 	}
-	if labels.DType() != ir.Int64 || !equalDims(labels.Shape().Dimensions, ld[:len(ld)-1]) {
-		return nil, 0, invalid("--loss %s: labels %q are %s, want int64 %v (the logits' shape %v less the class axis)",
+	if (labels.DType() != ir.Int64 && labels.DType() != ir.Int32) || !equalDims(labels.Shape().Dimensions, ld[:len(ld)-1]) {
+		return nil, 0, invalid("--loss %s: labels %q are %s, want int64 (or int32) %v (the logits' shape %v less the class axis)",
 			loss, loss.Target, labels.Shape(), ld[:len(ld)-1], ld)
 	}
 	classes := ld[len(ld)-1]

@@ -21,7 +21,7 @@ func init() {
 
 func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("plan", stderr, "MODEL|--generate PRESET --slice TYPE [--strategy auto|dp|tp|tp=N|dp=N,tp=M] [--dim NAME=N ...] [--precision bfloat16|float32] [--price USD] [--json]\n"+
-		"       tensorbridge plan MODEL|--generate PRESET --slice TYPE --train --batch B [--optimizer adamw|adam|sgd] [--loss SPEC] [--strategy auto|dp|tp|fsdp] [--dim ...] [--precision ...] [--json]\n"+
+		"       tensorbridge plan MODEL|--generate PRESET --slice TYPE --train --batch B [--optimizer adamw|adam|sgd] [--loss SPEC] [--freeze REGEXP] [--strategy auto|dp|tp|fsdp] [--dim ...] [--precision ...] [--json]\n"+
 		"       tensorbridge plan CHECKPOINT_DIR|--generate PRESET --slice TYPE --llm --context N [--batch N] [--prompt N] [--strategy auto|tp=M|dp=D,tp=M] [--precision ...] [--kv-dtype ...] [--memory-fraction F] [--json]")
 	slice := fs.String("slice", "", "Cloud TPU accelerator type: v5e-8 (= v5litepod-8), v5p-8, v6e-4, v4-8, tpu7x-8, ...")
 	strategy := fs.String("strategy", "auto", "auto (try each, keep the cheapest that fits), dp, tp, tp=N, dp=N,tp=M")

@@ -21,6 +21,7 @@ type trainPlanFlags struct {
 	loss      *string
 	momentum  *float64
 	labels    *string
+	freeze    *string
 }
 
 func addTrainPlanFlags(fs *flag.FlagSet) *trainPlanFlags {
@@ -31,6 +32,7 @@ func addTrainPlanFlags(fs *flag.FlagSet) *trainPlanFlags {
 		loss:      fs.String("loss", "", "with --train: an output that is the loss, cross_entropy:OUTPUT:LABELS or mse:OUTPUT:TARGETS (default: next-token cross entropy of the output logits)"),
 		momentum:  fs.Float64("momentum", 0, "with --train and --optimizer sgd: momentum (a momentum buffer per weight when not 0)"),
 		labels:    fs.String("labels-dtype", "int64", "with --train: the dtype of cross-entropy labels, int64 or int32"),
+		freeze:    fs.String("freeze", "", "with --train: a Go regexp on initializer names; the floating-point initializers it matches are not trained (as train --freeze)"),
 	}
 }
 
@@ -39,7 +41,7 @@ func (t *trainPlanFlags) unused(fs *flag.FlagSet) error {
 	var set []string
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "optimizer", "batch", "loss", "momentum", "labels-dtype":
+		case "optimizer", "batch", "loss", "momentum", "labels-dtype", "freeze":
 			set = append(set, "--"+f.Name)
 		}
 	})
@@ -65,6 +67,7 @@ func (t *trainPlanFlags) options(m *onnx.Model) (plan.TrainOptions, error) {
 		return o, usageErr("%v", err)
 	}
 	o.Optimizer = opt
+	o.Freeze = *t.freeze
 	switch *t.labels {
 	case "int64":
 		o.LabelsDType = ir.Int64

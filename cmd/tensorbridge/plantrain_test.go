@@ -62,6 +62,11 @@ func TestPlanTrainCLI(t *testing.T) {
 		Strategy      *string    `json:"strategy"`
 	}
 	tiny := modelgen.Presets["tiny"]
+	// The generated decoders hold four float32 scalar initializers (eps,
+	// scale, neg and zero: modelgen) besides Params(): floating-point
+	// initializers, so trained by the Trainer's rule, and replicated (no
+	// dimension to split): 16 bytes on every device.
+	const scalars = 4 * 4
 	cases := []struct {
 		name     string
 		args     []string
@@ -71,13 +76,13 @@ func TestPlanTrainCLI(t *testing.T) {
 		weights  int64 // float32 bytes per device, from the preset's sizes
 	}{
 		{"fsdp fits", []string{"--generate", "tiny", "--slice", "v5e-4", "--train", "--batch", "4", "--dim", "sequence=16", "--strategy", "fsdp", "--json"},
-			true, "fsdp", 4, 1, tiny.Params() * 4 / 4},
+			true, "fsdp", 4, 1, tiny.Params()*4/4 + scalars},
 		{"dp fits", []string{"--generate", "tiny", "--slice", "v5e-4", "--train", "--batch", "4", "--dim", "sequence=16", "--strategy", "dp", "--optimizer", "sgd", "--labels-dtype", "int32", "--json"},
-			true, "dp", 4, 1, tiny.Params() * 4},
+			true, "dp", 4, 1, tiny.Params()*4 + scalars},
 		// 7B with AdamW on v5e-4: auto rules every strategy out by
 		// arithmetic (no compile), and the command still exits 0.
 		{"7b does not fit", []string{"--generate", "llama-7b", "--slice", "v5e-4", "--train", "--batch", "4", "--json"},
-			false, "fsdp", 4, 1, modelgen.Presets["llama-7b"].Params() * 4 / 4},
+			false, "fsdp", 4, 1, modelgen.Presets["llama-7b"].Params()*4/4 + scalars},
 	}
 	for _, tc := range cases {
 		code, out, errOut := run(t, append([]string{"plan"}, tc.args...)...)

@@ -71,7 +71,7 @@ func addTrainFlags(fs *flag.FlagSet, f *trainFlags) {
 	fs.IntVar(&f.gradAccum, "grad-accum", 1, "micro-batches of --batch per update (gradients averaged)")
 	fs.StringVar(&f.backend, "backend", "", "backend name or auto (default: $TENSORBRIDGE_BACKEND, else auto)")
 	fs.StringVar(&f.mesh, "mesh", "", "data=D[,model=M]: train over a mesh of devices")
-	fs.StringVar(&f.strategy, "strategy", "", "dp, tp or fsdp (default dp)")
+	fs.StringVar(&f.strategy, "strategy", "", "dp (replicated weights), tp (weights split over the model axis as shard does; needs --mesh data=D,model=M) or fsdp (weights split over the data axis); default dp")
 	fs.StringVar(&f.precision, "precision", "float32", "float32, or bfloat16 (bfloat16 compute, float32 master weights and optimizer state)")
 	fs.StringVar(&f.ckptDir, "checkpoint-dir", "", "directory of checkpoints (written atomically)")
 	fs.IntVar(&f.ckptEvery, "checkpoint-every", 0, "write a checkpoint every N steps (and at the end); 0: at the end only")

@@ -286,6 +286,8 @@ func TestTrainCLIBadInput(t *testing.T) {
 		{"sample counts", set(base, "--data", filepath.Join(tmp, "counts")), "15"},
 		{"empty data directory", set(base, "--data", filepath.Join(tmp, "empty")), "empty"},
 		{"batch the data axis does not divide", with("--mesh", "data=3"), "does not divide"},
+		{"model axis without tp", with("--mesh", "data=1,model=2"), "--strategy tp"},
+		{"tp without a model axis", with("--strategy", "tp"), "model=M"},
 		{"unwritable output", with("--output", filepath.Join(notDir, "out.onnx")), "cannot write"},
 		{"bad optimizer", set(base, "--optimizer", "lamb"), "lamb"},
 		{"bad betas", with("--betas", "0.9"), "--betas"},

@@ -105,6 +105,15 @@ type Program struct {
 	// cache.WeightsHasher); empty when there are none. Text does not hold
 	// those values, so a compile cache key must include it.
 	WeightsDigest string
+	// Donated maps a parameter's position (in ParamShapes) to the output
+	// that replaces it, as a training step's weights and optimizer state
+	// are replaced by their updates: CompileText marks each such parameter
+	// with tf.aliasing_output, which XLA turns into the module's
+	// input/output aliasing, so the compiler reuses the parameter's buffer
+	// for the output instead of allotting another. Nil donates nothing.
+	// The caller that runs such a program must not read a donated argument
+	// after the run.
+	Donated map[int]int
 }
 
 // HoistThreshold is the element count from which a constant (of an
@@ -136,7 +145,18 @@ func hoistable(xflat any) bool {
 // hoisted constant turned back from a parameter into a constant, its
 // values written as raw little-endian hexadecimal (MLIR's dense<"0x...">
 // form). It is Text itself when nothing was hoisted.
+//
+// Parameters in Donated are marked as donated to their outputs (Donate).
 func (p *Program) CompileText() ([]byte, error) {
+	text, err := p.unhoist()
+	if err != nil || len(p.Donated) == 0 {
+		return text, err
+	}
+	return Donate(text, p.Donated)
+}
+
+// unhoist is Text with the hoisted constants made constants again.
+func (p *Program) unhoist() ([]byte, error) {
 	if len(p.Constants) == 0 {
 		return p.Text, nil
 	}
