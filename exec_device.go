@@ -4,15 +4,14 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/gomlx/gomlx/backends"
 	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/ir"
 )
 
 // RunOnDevice executes on device dev and returns every output as a tensor
 // that stays on the device, owned by the caller (FinalizeAll frees it):
-// state carried from one run to the next (a KV cache) never crosses to the
-// host. Inputs on the device are lent, host inputs are copied for the run.
+// state carried from one run to the next (a KV cache, a training step's
+// weights and optimizer state) never crosses to the host. Inputs on the device are lent, host inputs are copied for the run.
 // Inputs are checked as in RunOn.
 func (e *Executable) RunOnDevice(ctx context.Context, dev int, inputs ...*ir.Tensor) (outs []*ir.Tensor, err error) {
 	if err := ctx.Err(); err != nil {
@@ -62,10 +61,23 @@ func (e *Executable) RunOnDevice(ctx context.Context, dev int, inputs ...*ir.Ten
 		}
 		bufs[i], owned[i] = b, own
 	}
-	all := e.g.RunWithBuffers(bufs, make([]bool, len(bufs)), backends.DeviceNum(dev))
+	all, err := ir.RunOnDevice(e.g, dev, bufs)
+	if err != nil {
+		return nil, classify(err, e.b.Name(), fmt.Sprintf("running %q", e.name))
+	}
 	outs = make([]*ir.Tensor, len(e.outPos))
 	used := make([]bool, len(all))
 	for i, j := range e.outPos {
+		if used[j] { // the same node returned twice: each caller-owned output gets its own copy
+			c, err := hostCopy(all[j])
+			if err != nil {
+				freeAll(all)
+				freeAll(outs)
+				return nil, err
+			}
+			outs[i] = c
+			continue
+		}
 		outs[i] = all[j]
 		used[j] = true
 	}

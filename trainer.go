@@ -428,7 +428,7 @@ func (t *Trainer) Step(ctx context.Context, batch map[string]*ir.Tensor) (StepRe
 		return t.finishMeshStep(mex, args, start, lr)
 	}
 	runStart := time.Now()
-	outs, err := ex.exe.runKeep(ctx, t.dev, args)
+	outs, err := ex.exe.RunOnDevice(ctx, t.dev, args...)
 	ran := time.Since(runStart)
 	if err != nil {
 		return StepResult{}, err
@@ -500,7 +500,7 @@ func (t *Trainer) Eval(ctx context.Context, batch map[string]*ir.Tensor) (float6
 		return 0, err
 	}
 	defer done()
-	outs, err := ex.exe.runKeep(ctx, t.dev, append(append([]*ir.Tensor(nil), ws...), args...))
+	outs, err := ex.exe.RunOnDevice(ctx, t.dev, append(append([]*ir.Tensor(nil), ws...), args...)...)
 	if err != nil {
 		return 0, err
 	}
@@ -962,75 +962,4 @@ func hostScalar(t *ir.Tensor) (float64, error) {
 		}
 	})
 	return v, err
-}
-
-// runKeep runs the executable on device dev and returns its outputs as
-// device tensors the caller owns (Run downloads them instead): a training
-// step's new weights and optimizer state stay where the next step reads
-// them. Inputs are lent, not donated.
-func (e *Executable) runKeep(ctx context.Context, dev int, inputs []*ir.Tensor) (outs []*ir.Tensor, err error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if len(inputs) != len(e.inputs) {
-		return nil, &errs.InputError{Name: e.name, Problem: "count", Expected: fmt.Sprintf("%d inputs", len(e.inputs)), Got: fmt.Sprint(len(inputs))}
-	}
-	for i, t := range inputs {
-		if !t.Shape().Equal(e.inputs[i]) {
-			return nil, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "shape", Expected: e.inputs[i].String(), Got: t.Shape().String()}
-		}
-	}
-	if err := e.b.begin("run"); err != nil {
-		return nil, err
-	}
-	defer e.b.end()
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.g == nil {
-		return nil, &errs.Error{Kind: errs.FailedPrecondition, Backend: e.b.Name(), Op: "run", Err: ErrClosed}
-	}
-	defer recoverRunning(&err, e.b.Name(), e.name)
-	eng := e.b.drv.Engine()
-	bufs := make([]ir.Buffer, len(inputs))
-	owned := make([]bool, len(inputs))
-	defer func() {
-		for i, b := range bufs {
-			if owned[i] {
-				_ = ir.FreeBuffer(eng, b)
-			}
-		}
-	}()
-	for i, t := range inputs {
-		b, own, err := ir.DeviceBuffer(eng, dev, t)
-		if err != nil {
-			return nil, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "value", Expected: "a tensor readable on the host or on this device", Got: err.Error()}
-		}
-		bufs[i], owned[i] = b, own
-	}
-	all, err := ir.RunOnDevice(e.g, dev, bufs)
-	if err != nil {
-		return nil, classify(err, e.b.Name(), fmt.Sprintf("running %q", e.name))
-	}
-	outs = make([]*ir.Tensor, len(e.outPos))
-	used := make([]bool, len(all))
-	for i, j := range e.outPos {
-		if used[j] { // the same node returned twice: each caller-owned output gets its own copy
-			c, err := hostCopy(all[j])
-			if err != nil {
-				freeAll(all)
-				freeAll(outs)
-				return nil, err
-			}
-			outs[i] = c
-			continue
-		}
-		outs[i] = all[j]
-		used[j] = true
-	}
-	for j, t := range all {
-		if !used[j] {
-			_ = t.FinalizeAll()
-		}
-	}
-	return outs, nil
 }
