@@ -254,22 +254,8 @@ func (e *Executable) RunOn(ctx context.Context, dev int, inputs ...*ir.Tensor) (
 		return nil, &errs.InputError{Name: e.name, Problem: "count",
 			Expected: fmt.Sprintf("%d inputs", len(e.inputs)), Got: fmt.Sprint(len(inputs))}
 	}
-	for i, t := range inputs {
-		if t == nil {
-			return nil, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "value", Expected: "a tensor", Got: "nil"}
-		}
-		if got := t.Shape(); !got.Equal(e.inputs[i]) {
-			problem := "shape"
-			if got.DType != e.inputs[i].DType {
-				problem = "dtype"
-			}
-			return nil, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: problem,
-				Expected: e.inputs[i].String(), Got: got.String()}
-		}
-	}
-	if dev < 0 || dev >= len(e.b.devices) {
-		return nil, &errs.Error{Kind: errs.InvalidArgument, Backend: e.b.Name(), Op: "run",
-			Err: fmt.Errorf("device %d out of range: the backend has %d device(s)", dev, len(e.b.devices))}
+	if err := e.checkRunInputs(dev, inputs); err != nil {
+		return nil, err
 	}
 	if err := e.b.begin("run"); err != nil {
 		return nil, err
@@ -284,22 +270,10 @@ func (e *Executable) RunOn(ctx context.Context, dev int, inputs ...*ir.Tensor) (
 	if e.direct != nil {
 		return e.runDirect(ctx, dev, inputs)
 	}
-	eng := e.b.drv.Engine()
-	bufs := make([]ir.Buffer, len(inputs))
-	owned := make([]bool, len(inputs))
-	defer func() {
-		for i, b := range bufs {
-			if owned[i] {
-				_ = ir.FreeBuffer(eng, b)
-			}
-		}
-	}()
-	for i, t := range inputs {
-		b, own, err := ir.DeviceBuffer(eng, dev, t)
-		if err != nil {
-			return nil, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "value", Expected: "a tensor readable on the host or on this device", Got: err.Error()}
-		}
-		bufs[i], owned[i] = b, own
+	bufs, release, err := e.placeInputs(dev, inputs)
+	defer release()
+	if err != nil {
+		return nil, err
 	}
 	all, err := ir.RunOwned(e.g, dev, bufs)
 	if err != nil {
@@ -451,4 +425,51 @@ func firstFrames(stack []byte, n int) string {
 		lines = lines[:n]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// checkRunInputs checks a run's inputs (none nil, each of its parameter's
+// shape and dtype) and device index before anything is placed.
+func (e *Executable) checkRunInputs(dev int, inputs []*ir.Tensor) error {
+	for i, t := range inputs {
+		if t == nil {
+			return &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "value", Expected: "a tensor", Got: "nil"}
+		}
+		if got := t.Shape(); !got.Equal(e.inputs[i]) {
+			problem := "shape"
+			if got.DType != e.inputs[i].DType {
+				problem = "dtype"
+			}
+			return &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: problem,
+				Expected: e.inputs[i].String(), Got: got.String()}
+		}
+	}
+	if dev < 0 || dev >= len(e.b.devices) {
+		return &errs.Error{Kind: errs.InvalidArgument, Backend: e.b.Name(), Op: "run",
+			Err: fmt.Errorf("device %d out of range: the backend has %d device(s)", dev, len(e.b.devices))}
+	}
+	return nil
+}
+
+// placeInputs puts each input on device dev: a tensor already there is
+// lent, a host one is copied into a buffer that release frees (release is
+// always safe to call, also after an error).
+func (e *Executable) placeInputs(dev int, inputs []*ir.Tensor) (bufs []ir.Buffer, release func(), err error) {
+	eng := e.b.drv.Engine()
+	bufs = make([]ir.Buffer, len(inputs))
+	owned := make([]bool, len(inputs))
+	release = func() {
+		for i, b := range bufs {
+			if owned[i] {
+				_ = ir.FreeBuffer(eng, b)
+			}
+		}
+	}
+	for i, t := range inputs {
+		b, own, err := ir.DeviceBuffer(eng, dev, t)
+		if err != nil {
+			return bufs, release, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "value", Expected: "a tensor readable on the host or on this device", Got: err.Error()}
+		}
+		bufs[i], owned[i] = b, own
+	}
+	return bufs, release, nil
 }

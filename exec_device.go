@@ -21,18 +21,8 @@ func (e *Executable) RunOnDevice(ctx context.Context, dev int, inputs ...*ir.Ten
 		return nil, &errs.InputError{Name: e.name, Problem: "count",
 			Expected: fmt.Sprintf("%d inputs", len(e.inputs)), Got: fmt.Sprint(len(inputs))}
 	}
-	for i, t := range inputs {
-		if t == nil {
-			return nil, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "value", Expected: "a tensor", Got: "nil"}
-		}
-		if got := t.Shape(); !got.Equal(e.inputs[i]) {
-			return nil, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "shape",
-				Expected: e.inputs[i].String(), Got: got.String()}
-		}
-	}
-	if dev < 0 || dev >= len(e.b.devices) {
-		return nil, &errs.Error{Kind: errs.InvalidArgument, Backend: e.b.Name(), Op: "run",
-			Err: fmt.Errorf("device %d out of range: the backend has %d device(s)", dev, len(e.b.devices))}
+	if err := e.checkRunInputs(dev, inputs); err != nil {
+		return nil, err
 	}
 	if err := e.b.begin("run"); err != nil {
 		return nil, err
@@ -44,22 +34,10 @@ func (e *Executable) RunOnDevice(ctx context.Context, dev int, inputs ...*ir.Ten
 		return nil, &errs.Error{Kind: errs.FailedPrecondition, Backend: e.b.Name(), Op: "run", Err: ErrClosed}
 	}
 	defer recoverRunning(&err, e.b.Name(), e.name)
-	eng := e.b.drv.Engine()
-	bufs := make([]ir.Buffer, len(inputs))
-	owned := make([]bool, len(inputs))
-	defer func() {
-		for i, b := range bufs {
-			if owned[i] {
-				_ = ir.FreeBuffer(eng, b)
-			}
-		}
-	}()
-	for i, t := range inputs {
-		b, own, err := ir.DeviceBuffer(eng, dev, t)
-		if err != nil {
-			return nil, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "value", Expected: "a tensor readable on the host or on this device", Got: err.Error()}
-		}
-		bufs[i], owned[i] = b, own
+	bufs, release, err := e.placeInputs(dev, inputs)
+	defer release()
+	if err != nil {
+		return nil, err
 	}
 	all, err := ir.RunOnDevice(e.g, dev, bufs)
 	if err != nil {
