@@ -136,12 +136,15 @@ func TestMemoryFitCheck(t *testing.T) {
 
 // Loading, running and closing a model many times leaks nothing: the
 // goroutine count and the runtime's live device buffers come back to their
-// baselines, and resident memory grows by less than an eighth of the
-// model's file size per cycle (3.4 MiB over 40 cycles). The bound is derived
-// from what it guards: leaking the model on every cycle (its weights alone
-// are 0.7 MB) grows RSS by at least 40 x 0.7 MB = 28 MB. Measured: +0.54 MiB
-// on cpu. Injected once to prove it (TENSORBRIDGE_INJECT_LEAK=model keeps
-// every model open): +105 MiB, the test fails. Leaks per run (an input or
+// baselines, and resident memory grows by less than half the model's file
+// size per cycle (13.6 MiB over 40 cycles). The bound is derived from what
+// it guards: leaking the model on every cycle (its weights alone are 0.7 MB)
+// grows RSS by at least 40 x 0.7 MB = 28 MB. Measured: +0.54 MiB on this
+// 2-core machine, +4.36 MiB on the CI machine (its native allocator keeps
+// more of the compiler's freed memory; an eighth of the model per cycle,
+// 3.4 MiB, failed there once). Injected once to prove it
+// (TENSORBRIDGE_INJECT_LEAK=model keeps every model open): +105 MiB, the
+// test fails. Leaks per run (an input or
 // an output per call) are TestRunLeavesNoDeviceBuffers' to catch.
 func TestModelLoadLoopMemory(t *testing.T) {
 	if testing.Short() {
@@ -180,7 +183,7 @@ func TestModelLoadLoopMemory(t *testing.T) {
 		}
 		return n
 	}
-	for i := 0; i < 10; i++ { // allocator warm-up
+	for i := 0; i < 20; i++ { // allocator warm-up
 		cycle()
 	}
 	start := rss()
@@ -192,11 +195,11 @@ func TestModelLoadLoopMemory(t *testing.T) {
 	}
 	end := rss()
 	growth := int64(end) - int64(start)
-	bound := n * st.Size() / 8
+	bound := n * st.Size() / 2
 	t.Logf("RSS after warm-up %.1f MiB, after %d more load/run/close cycles %.1f MiB: %+.2f MiB (%+.1f KiB per cycle; bound %.1f MiB)",
 		float64(start)/(1<<20), n, float64(end)/(1<<20), float64(growth)/(1<<20), float64(growth)/1024/n, float64(bound)/(1<<20))
 	if growth > bound {
-		t.Errorf("memory grew by %d bytes over %d cycles, bound %d (an eighth of the model's %d bytes per cycle)", growth, n, bound, st.Size())
+		t.Errorf("memory grew by %d bytes over %d cycles, bound %d (half the model's %d bytes per cycle)", growth, n, bound, st.Size())
 	}
 	if g := settledGoroutines(); g > goroutines {
 		t.Errorf("goroutines: %d after the cycles, %d before", g, goroutines)
