@@ -29,6 +29,15 @@ import (
 // It is skipped when GLIBC_TUNABLES is already set (the user's settings
 // win), when TENSORBRIDGE_MALLOC=system, and on systems without
 // /proc/self/exe. Other C libraries ignore the variable.
+//
+// `serve` keeps glibc's defaults unless TENSORBRIDGE_MALLOC=tuned. Measured
+// under load (BENCHMARKS.md, "Serving PyTorch's transformer exports under
+// load": 32 clients, a BERT-like encoder, 4 replicas on xla-cpu, two
+// servers of each kind): with the tunables, RSS after the first load spike
+// was 1061-1109 MiB against 1196-1208 MiB, but that spike's p99 latency was
+// 106-118 ms against 96-99 ms; later runs were equal (89-97 ms against
+// 92-94 ms). A server is judged by its tail under a spike, so it keeps the
+// defaults.
 
 // mallocTunables is the GLIBC_TUNABLES value tensorbridge runs with.
 const mallocTunables = "glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1000000000000"
@@ -50,12 +59,19 @@ func mallocSetting() string {
 }
 
 // wantMallocReexec reports whether main should re-execute itself with
-// mallocTunables, given the environment.
-func wantMallocReexec(getenv func(string) string) bool {
+// mallocTunables, given the environment and the command line (args[1] is
+// the command).
+func wantMallocReexec(getenv func(string) string, args []string) bool {
 	if getenv(envMallocSet) != "" || getenv("GLIBC_TUNABLES") != "" {
 		return false
 	}
-	return !strings.EqualFold(getenv("TENSORBRIDGE_MALLOC"), "system")
+	switch strings.ToLower(getenv("TENSORBRIDGE_MALLOC")) {
+	case "system":
+		return false
+	case "tuned":
+		return true
+	}
+	return len(args) < 2 || args[1] != "serve"
 }
 
 // foreignEnv is the environment for a program that is not tensorbridge

@@ -10,7 +10,7 @@ import (
 // not re-execute or the exec fails; the program then runs with the C
 // library's defaults.
 func reexecWithMallocTunables() {
-	if !wantMallocReexec(os.Getenv) {
+	if !wantMallocReexec(os.Getenv, os.Args) {
 		return
 	}
 	env := append(os.Environ(), "GLIBC_TUNABLES="+mallocTunables, envMallocSet+"=1")

@@ -12,17 +12,25 @@ func TestWantMallocReexec(t *testing.T) {
 	cases := []struct {
 		name string
 		env  map[string]string
+		cmd  string
 		want bool
 	}{
-		{"clean environment", nil, true},
-		{"already re-executed", map[string]string{envMallocSet: "1"}, false},
-		{"user's tunables win", map[string]string{"GLIBC_TUNABLES": "glibc.malloc.arena_max=4"}, false},
-		{"opted out", map[string]string{"TENSORBRIDGE_MALLOC": "system"}, false},
-		{"opted out, any case", map[string]string{"TENSORBRIDGE_MALLOC": "System"}, false},
-		{"other value", map[string]string{"TENSORBRIDGE_MALLOC": "tuned"}, true},
+		{"clean environment", nil, "run", true},
+		{"no command", nil, "", true},
+		{"already re-executed", map[string]string{envMallocSet: "1"}, "run", false},
+		{"user's tunables win", map[string]string{"GLIBC_TUNABLES": "glibc.malloc.arena_max=4"}, "run", false},
+		{"opted out", map[string]string{"TENSORBRIDGE_MALLOC": "system"}, "bench", false},
+		{"opted out, any case", map[string]string{"TENSORBRIDGE_MALLOC": "System"}, "run", false},
+		{"serve keeps glibc's defaults", nil, "serve", false},
+		{"serve opted in", map[string]string{"TENSORBRIDGE_MALLOC": "tuned"}, "serve", true},
+		{"other value", map[string]string{"TENSORBRIDGE_MALLOC": "other"}, "run", true},
 	}
 	for _, c := range cases {
-		if got := wantMallocReexec(func(k string) string { return c.env[k] }); got != c.want {
+		args := []string{"tensorbridge"}
+		if c.cmd != "" {
+			args = append(args, c.cmd)
+		}
+		if got := wantMallocReexec(func(k string) string { return c.env[k] }, args); got != c.want {
 			t.Errorf("%s: wantMallocReexec = %v, want %v", c.name, got, c.want)
 		}
 	}
