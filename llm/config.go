@@ -31,6 +31,9 @@ type Config struct {
 	Rope          Rope
 	BOS           int   // -1: none
 	EOS           []int // from config.json, then generation_config.json
+	// quant is how Load stores the projection weights (quant.go); not
+	// from config.json.
+	quant Quantization
 }
 
 // Rope is the rotary embedding's settings.

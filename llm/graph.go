@@ -19,19 +19,25 @@ type netWeights struct {
 	c        *Config
 	p        []*Node
 	cos, sin *Node
+	scales   []*Node // int8 projections' scales (quant.go), else empty
 }
 
 func newNetWeights(c *Config, p []*Node) netWeights {
 	n := len(weightSpecs(c))
-	return netWeights{c: c, p: p[:n], cos: p[n], sin: p[n+1]}
+	return netWeights{c: c, p: p[:n], cos: p[n], sin: p[n+1], scales: p[n+2 : numWeightParams(c)]}
 }
 
-// numWeightParams is the count of weight parameters including the rope tables.
-func numWeightParams(c *Config) int { return len(weightSpecs(c)) + 2 }
+// numWeightParams is the count of weight parameters including the rope
+// tables and, with int8 projections, their scales.
+func numWeightParams(c *Config) int { return len(weightSpecs(c)) + 2 + numScaleParams(c) }
 
 func (w netWeights) embed() *Node { return w.p[0] }
 func (w netWeights) layer(l, i int) *Node {
-	return w.p[1+l*w.c.perLayer()+i]
+	p := w.p[1+l*w.c.perLayer()+i]
+	if s := projectionSlot(i); len(w.scales) > 0 && s >= 0 {
+		return dequantize(p, w.scales[l*len(projections)+s], w.embed().DType())
+	}
+	return p
 }
 func (w netWeights) norm() *Node { return w.p[1+w.c.Layers*w.c.perLayer()] }
 func (w netWeights) head() *Node {

@@ -36,6 +36,10 @@ type LoadOptions struct {
 	// MaxContext caps the context length (default and upper bound: the
 	// config's max_position_embeddings).
 	MaxContext int
+	// Quantize stores the layers' linear projections as int8 with a
+	// float32 scale per output channel (quant.go); QuantNone keeps them in
+	// Precision.
+	Quantize Quantization
 }
 
 // Load reads a Hugging Face checkpoint directory (config.json,
@@ -58,6 +62,9 @@ func Load(ctx context.Context, b *tensorbridge.Backend, dir string, o LoadOption
 	}
 	dt, err := dtypeFor(prec)
 	if err != nil {
+		return nil, err
+	}
+	if cfg.quant, err = ParseQuantization(string(o.Quantize)); err != nil {
 		return nil, err
 	}
 	ct, err := openCheckpointTensors(dir)
@@ -152,14 +159,7 @@ func (m *Model) PromptLogits(ctx context.Context, ids []int) ([]float32, error) 
 // device 0's memory budget (the memory fraction of its limit less what is
 // in use). A backend that reports no memory figures is not checked.
 func checkWeightsFit(ctx context.Context, b *tensorbridge.Backend, c *Config, dt ir.DType, dir string) error {
-	var need uint64
-	for _, w := range weightSpecs(c) {
-		n := uint64(dt.Size())
-		for _, d := range w.shape {
-			n *= uint64(d)
-		}
-		need += n
-	}
+	need := weightBytes(c, dt)
 	bud, err := b.Budget(ctx)
 	if err != nil {
 		return nil

@@ -196,9 +196,21 @@ func placeWeights(ctx context.Context, b *tensorbridge.Backend, c *Config, ct *c
 		bytes += int64(len(raw))
 		return nil
 	}
-	for _, w := range weightSpecs(c) {
+	var scales [][]byte // int8 projections' scales, placed after the rope tables
+	for i, w := range weightSpecs(c) {
 		if err := ctx.Err(); err != nil {
 			return nil, 0, err
+		}
+		if quantizedSpec(c, i) {
+			q, s, err := quantizeTensor(ct.tensors[w.name], w.shape[0], w.shape[1])
+			if err != nil {
+				return nil, 0, err
+			}
+			if err := put(w.name, ir.Int8, w.shape, q); err != nil {
+				return nil, 0, err
+			}
+			scales = append(scales, s)
+			continue
 		}
 		if err := put(w.name, dt, w.shape, convert(ct.tensors[w.name], dt)); err != nil {
 			return nil, 0, err
@@ -211,6 +223,11 @@ func placeWeights(ctx context.Context, b *tensorbridge.Backend, c *Config, ct *c
 	}
 	if err := put("rope.sin", ir.Float32, []int{maxContext, half}, sin); err != nil {
 		return nil, 0, err
+	}
+	for i, s := range scales {
+		if err := put(fmt.Sprintf("scale.%d", i), ir.Float32, []int{len(s) / 4}, s); err != nil {
+			return nil, 0, err
+		}
 	}
 	return ws, bytes, nil
 }

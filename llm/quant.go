@@ -1,0 +1,188 @@
+package llm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:staticcheck // graph-building code reads as math
+	"github.com/tensorbridge/tensorbridge/ir"
+)
+
+// Weight-only int8 quantization of the decoder's linear projections.
+//
+// What is quantized: each layer's q, k, v, o, gate, up and down projection
+// weights, the matrices that hold almost all of a decoder's parameters
+// outside the vocabulary. The token embedding and the LM head stay in the
+// compute precision: the embedding is a lookup (no matmul to fold a scale
+// into, and with tied embeddings it is also the head), and the head's
+// error goes straight into the logits that sampling reads, which is why
+// the common weight-only schemes (LLM.int8(), GPTQ, AWQ) leave it in
+// floating point too. Norms, biases and the rope tables are tiny and stay
+// as they are.
+//
+// How: at load, each [out, in] matrix is quantized symmetric per output
+// channel (row): scale = max|w| / 127 (float32), q = w / scale rounded
+// half to even and saturated to [-127, 127] (-128 is never produced, so
+// the range is symmetric). A row of zeros has scale 0 and q 0. The
+// program takes the int8 matrix and the float32 scales [out] as
+// parameters (the scales after the rope tables) and dequantizes in the
+// graph, float32(q) × scale per row, feeding the matmul in the compute
+// dtype (netWeights.layer): the weight the matmul sees is the
+// dequantized one, so the arithmetic is the float model's with each
+// weight replaced by q × scale. XLA may fuse the dequantization into the
+// matmul's operand; where it does not (the CPU backends), it is
+// materialized per step, see BENCHMARKS.md for what that costs.
+
+// Quantization selects how Load stores the projection weights.
+type Quantization string
+
+const (
+	// QuantNone keeps every weight in the compute precision.
+	QuantNone Quantization = ""
+	// QuantInt8 stores the projections as int8 with a float32 scale per
+	// output channel.
+	QuantInt8 Quantization = "int8"
+)
+
+// ParseQuantization reads a --quantize value: "" or "none", or "int8".
+func ParseQuantization(s string) (Quantization, error) {
+	switch s {
+	case "", "none":
+		return QuantNone, nil
+	case "int8":
+		return QuantInt8, nil
+	}
+	return QuantNone, fmt.Errorf("quantization %q not supported: want none or int8", s)
+}
+
+// projections are the layer weights (weightSpecs' per-layer indices) that
+// int8 quantization stores as int8, in the order their scales are passed.
+var projections = []int{wQ, wK, wV, wO, wGate, wUp, wDown}
+
+// projectionSlot returns i's position in projections, or -1.
+func projectionSlot(i int) int {
+	for s, p := range projections {
+		if p == i {
+			return s
+		}
+	}
+	return -1
+}
+
+// quantized says whether c's projections are int8.
+func (c *Config) quantized() bool { return c.quant == QuantInt8 }
+
+// numScaleParams is how many scale parameters follow the rope tables.
+func numScaleParams(c *Config) int {
+	if !c.quantized() {
+		return 0
+	}
+	return c.Layers * len(projections)
+}
+
+// quantizedSpec says whether weightSpecs(c)[i] is stored as int8.
+func quantizedSpec(c *Config, i int) bool {
+	if !c.quantized() || i < 1 || i > c.Layers*c.perLayer() {
+		return false
+	}
+	return projectionSlot((i-1)%c.perLayer()) >= 0
+}
+
+// dequantize is q [out, in] int8 times scale [out] float32 per row, in dt.
+func dequantize(q, scale *Node, dt ir.DType) *Node {
+	w := Mul(ConvertDType(q, ir.Float32), BroadcastToDims(Reshape(scale, -1, 1), q.Shape().Dimensions...))
+	return ConvertDType(w, dt)
+}
+
+// NonFiniteWeightError says a weight to be quantized holds a NaN or an
+// infinity, which no int8 scale can represent.
+type NonFiniteWeightError struct {
+	Tensor     string
+	Row, Index int
+	Value      float32
+}
+
+func (e *NonFiniteWeightError) Error() string {
+	return fmt.Sprintf("tensor %q: element [%d, %d] is %v: cannot quantize a non-finite weight to int8", e.Tensor, e.Row, e.Index, e.Value)
+}
+
+// quantizeRows quantizes w [rows, cols] (row-major float32) symmetric per
+// row: it returns the int8 values (as bytes, row-major) and each row's
+// scale. A NaN or infinity is a *NonFiniteWeightError.
+func quantizeRows(name string, w []float32, rows, cols int) (q []int8, scales []float32, err error) {
+	if len(w) != rows*cols {
+		return nil, nil, fmt.Errorf("tensor %q: %d elements, shape [%d, %d] wants %d", name, len(w), rows, cols, rows*cols)
+	}
+	q = make([]int8, len(w))
+	scales = make([]float32, rows)
+	for r := range rows {
+		row := w[r*cols : (r+1)*cols]
+		var amax float32
+		for j, v := range row {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return nil, nil, &NonFiniteWeightError{Tensor: name, Row: r, Index: j, Value: v}
+			}
+			amax = max(amax, float32(math.Abs(float64(v))))
+		}
+		scales[r] = amax / 127
+		quantizeRow(q[r*cols:(r+1)*cols], row, scales[r])
+	}
+	return q, scales, nil
+}
+
+// quantizeRow stores round-half-even(w / scale), saturated to [-127, 127],
+// in q; a zero scale (a row of zeros, or one so small that max|w|/127
+// underflows) gives zeros.
+func quantizeRow(q []int8, w []float32, scale float32) {
+	for j, v := range w {
+		if scale == 0 {
+			q[j] = 0
+			continue
+		}
+		x := math.RoundToEven(float64(v) / float64(scale))
+		q[j] = int8(max(-127, min(127, x)))
+	}
+}
+
+// quantizeTensor reads t as float32 and quantizes it per row; it returns
+// the int8 bytes and the scales as float32 little-endian bytes.
+func quantizeTensor(t *stTensor, rows, cols int) (qRaw, scaleRaw []byte, err error) {
+	raw := convert(t, ir.Float32)
+	w := make([]float32, len(raw)/4)
+	for i := range w {
+		w[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	q, s, err := quantizeRows(t.Name, w, rows, cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	qRaw = make([]byte, len(q))
+	for i, v := range q {
+		qRaw[i] = byte(v)
+	}
+	scaleRaw = make([]byte, 4*len(s))
+	for i, v := range s {
+		binary.LittleEndian.PutUint32(scaleRaw[4*i:], math.Float32bits(v))
+	}
+	return qRaw, scaleRaw, nil
+}
+
+// weightBytes is the device memory c's weights take in dt (the rope
+// tables not counted): the int8 projections and their float32 scales
+// when c is quantized.
+func weightBytes(c *Config, dt ir.DType) uint64 {
+	var total uint64
+	for i, w := range weightSpecs(c) {
+		n := uint64(1)
+		for _, d := range w.shape {
+			n *= uint64(d)
+		}
+		if quantizedSpec(c, i) {
+			total += n + 4*uint64(w.shape[0])
+		} else {
+			total += n * uint64(dt.Size())
+		}
+	}
+	return total
+}
