@@ -13,7 +13,8 @@ import (
 // has the commands and the figures): single-stream decode tokens/s over 128
 // new tokens, time to first token for a 512-token prompt, aggregate
 // tokens/s of 16 concurrent streams, and the share of a step spent outside
-// the compiled program.
+// the compiled program. TENSORBRIDGE_LLM_BENCH_QUANTIZE=int8 loads the
+// projections as int8.
 func BenchmarkGenerate(b *testing.B) {
 	dir := os.Getenv("TENSORBRIDGE_LLM_BENCH_DIR")
 	if dir == "" {
@@ -21,7 +22,11 @@ func BenchmarkGenerate(b *testing.B) {
 	}
 	be := testBackend(b)
 	ctx := context.Background()
-	m, err := Load(ctx, be, dir, LoadOptions{MaxContext: 1024})
+	quant, err := ParseQuantization(os.Getenv("TENSORBRIDGE_LLM_BENCH_QUANTIZE")) // "int8": quant.go
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := Load(ctx, be, dir, LoadOptions{MaxContext: 1024, Quantize: quant})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -41,6 +41,7 @@ func generate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	backend := fs.String("backend", "", "backend name or auto (default: $TENSORBRIDGE_BACKEND, else auto)")
 	asJSON := fs.Bool("json", false, "print only one JSON object: prompt_ids, token_ids, text, ttft_ms, tpot_ms")
 	kvBytes := fs.Int64("kv-cache-bytes", 0, "KV cache size cap in bytes (default 512 MiB on CPU backends, else what the memory budget leaves)")
+	quantize := fs.String("quantize", "none", "none, or int8: the layers' linear projections as int8 with a float32 scale per output channel (embeddings and LM head stay in --precision)")
 	var sf settingsFlags
 	addSettingsFlags(fs, &sf)
 	var mf meshFlags
@@ -67,6 +68,10 @@ func generate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case mf.mesh != "" || mf.strategy != "":
 		return usageErr("--mesh/--strategy: tensor-parallel generation is not implemented yet; run on one device")
 	}
+	quant, err := llm.ParseQuantization(*quantize)
+	if err != nil {
+		return usageErr("--quantize: %v", err)
+	}
 	dir := fs.Arg(0)
 	settings, err := sf.settings()
 	if err != nil {
@@ -91,7 +96,7 @@ func generate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	// Only the context this request needs is compiled and cached.
 	want := pow2AtLeast(len(ids) + *maxTokens)
-	m, err := llm.Load(ctx, b, dir, llm.LoadOptions{Precision: config.Precision(sf.precision), MaxContext: min(want, cfg.MaxPositions)})
+	m, err := llm.Load(ctx, b, dir, llm.LoadOptions{Precision: config.Precision(sf.precision), MaxContext: min(want, cfg.MaxPositions), Quantize: quant})
 	if err != nil {
 		return err
 	}

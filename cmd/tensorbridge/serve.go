@@ -55,6 +55,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tokenFile := fs.String("auth-token-file", "", `require "Authorization: Bearer <token>" on inference, metadata and metrics; the token is this file's content, trimmed, read again when the file changes (health and readiness stay open)`)
 	maxContext := fs.Int("max-context", 0, "checkpoint directories: cap the context length in tokens, prompt included (default: the config's max_position_embeddings)")
 	kvBytes := fs.Int64("kv-cache-bytes", 0, "checkpoint directories: KV cache size in bytes (default: 512 MiB on CPU backends, else what the memory budget leaves after the weights)")
+	quantize := fs.String("quantize", "none", "checkpoint directories: none, or int8: the layers' linear projections as int8 with a float32 scale per output channel")
 	maxSeqs := fs.Int("max-sequences", 0, "checkpoint directories: sequences generated at once, each holding one KV-cache slot (default 16)")
 	stream := fs.Duration("stream-drain-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long running generations may go on before they are cancelled")
 	metricsPublic := fs.Bool("metrics-public", false, "with --auth-token-file, leave /metrics open")
@@ -64,6 +65,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	addMeshFlags(fs, &mf)
 	if err := parse(fs, reorder(fs, args)); err != nil {
 		return err
+	}
+	quant, err := llm.ParseQuantization(*quantize)
+	if err != nil {
+		return usageErr("--quantize: %v", err)
 	}
 	settings, err := sf.settings()
 	if err != nil {
@@ -142,7 +147,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				return usageErr("--mesh/--strategy: tensor-parallel generation is not implemented yet; %s runs on device 0", p)
 			}
 			gens = append(gens, serve.GeneratorSource{Dir: p,
-				Load:   llm.LoadOptions{Precision: config.Precision(sf.precision), MaxContext: *maxContext},
+				Load:   llm.LoadOptions{Precision: config.Precision(sf.precision), MaxContext: *maxContext, Quantize: quant},
 				Engine: llm.EngineOptions{KVCacheBytes: *kvBytes, MaxSequences: *maxSeqs, MaxQueue: *queueSize}})
 			continue
 		}
