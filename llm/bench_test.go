@@ -70,6 +70,7 @@ func BenchmarkGenerate(b *testing.B) {
 			b.ReportMetric(100*host.Seconds()/(after.Total-before.Total).Seconds(), "%host")
 			ttft512, _ := run(e, prompt(512), 1)
 			b.ReportMetric(float64(ttft512.Microseconds())/1000, "ttft512-ms")
+			b.ReportMetric(float64(m.WeightBytes())/1e6, "weight-MB")
 		}
 	})
 	b.Run("concurrent16", func(b *testing.B) {
