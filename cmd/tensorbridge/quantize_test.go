@@ -70,8 +70,13 @@ func TestGenerateQuantize(t *testing.T) {
 			t.Errorf("%s: int8 ids %v, want transformers' %v for exactly the first %d", tc.model, got.TokenIDs, r.TokenIDs, tc.same)
 		}
 	}
-	code, _, errOut := run(t, "generate", filepath.Join(root, "llama"), "--prompt", "x", "--quantize", "int4")
-	if code != 2 || !strings.Contains(errOut, "int4") {
-		t.Errorf("--quantize int4: exit %d, %q; want a usage error naming it", code, errOut)
+	for _, args := range [][]string{
+		{"generate", filepath.Join(root, "llama"), "--prompt", "x", "--quantize", "int4"},
+		{"serve", filepath.Join(root, "llama"), "--http", "127.0.0.1:0", "--quantize", "int4"},
+	} {
+		code, _, errOut := run(t, args...)
+		if code != 2 || !strings.Contains(errOut, "int4") {
+			t.Errorf("%s --quantize int4: exit %d, %q; want a usage error naming it", args[0], code, errOut)
+		}
 	}
 }
