@@ -33,11 +33,7 @@ func numWeightParams(c *Config) int { return len(weightSpecs(c)) + 2 + numScaleP
 
 func (w netWeights) embed() *Node { return w.p[0] }
 func (w netWeights) layer(l, i int) *Node {
-	p := w.p[1+l*w.c.perLayer()+i]
-	if s := projectionSlot(i); len(w.scales) > 0 && s >= 0 {
-		return dequantize(p, w.scales[l*len(projections)+s], w.embed().DType())
-	}
-	return p
+	return w.p[1+l*w.c.perLayer()+i]
 }
 func (w netWeights) norm() *Node { return w.p[1+w.c.Layers*w.c.perLayer()] }
 func (w netWeights) head() *Node {
@@ -185,9 +181,9 @@ func step(c *Config, w netWeights, tokens, positions *Node, cache *cacheIO) (hid
 		if c.QKVBias {
 			qb, kb, vb = w.layer(l, wQBias), w.layer(l, wQBias+1), w.layer(l, wQBias+2)
 		}
-		q := Reshape(linear(h, w.layer(l, wQ), qb), b, t, hq, d)
-		k := Reshape(linear(h, w.layer(l, wK), kb), b, t, hkv, d)
-		v := Reshape(linear(h, w.layer(l, wV), vb), b, t, hkv, d)
+		q := Reshape(w.proj(l, wQ, h, qb), b, t, hq, d)
+		k := Reshape(w.proj(l, wK, h, kb), b, t, hkv, d)
+		v := Reshape(w.proj(l, wV, h, vb), b, t, hkv, d)
 		if c.QKNorm {
 			qn, kn := w.qkNorm(l)
 			q = rmsNorm(q, qn, c.RMSEps)
@@ -209,11 +205,11 @@ func step(c *Config, w netWeights, tokens, positions *Node, cache *cacheIO) (hid
 			vals := Concatenate([]*Node{layerOf(cachedV), v}, 1)
 			att = attention(c, q5, keys, vals, positions, Concatenate([]*Node{cachedPos, positions}, 1))
 		}
-		x = Add(x, linear(att, w.layer(l, wO), nil))
+		x = Add(x, w.proj(l, wO, att, nil))
 		h = rmsNorm(x, w.layer(l, wPostNorm), c.RMSEps)
-		gate := linear(h, w.layer(l, wGate), nil)
-		up := linear(h, w.layer(l, wUp), nil)
-		x = Add(x, linear(Mul(Mul(gate, Sigmoid(gate)), up), w.layer(l, wDown), nil))
+		gate := w.proj(l, wGate, h, nil)
+		up := w.proj(l, wUp, h, nil)
+		x = Add(x, w.proj(l, wDown, Mul(Mul(gate, Sigmoid(gate)), up), nil))
 	}
 	hidden = rmsNorm(x, w.norm(), c.RMSEps)
 	if cache == nil {

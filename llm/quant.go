@@ -26,13 +26,13 @@ import (
 // half to even and saturated to [-127, 127] (-128 is never produced, so
 // the range is symmetric). A row of zeros has scale 0 and q 0. The
 // program takes the int8 matrix and the float32 scales [out] as
-// parameters (the scales after the rope tables) and dequantizes in the
-// graph, float32(q) × scale per row, feeding the matmul in the compute
-// dtype (netWeights.layer): the weight the matmul sees is the
-// dequantized one, so the arithmetic is the float model's with each
-// weight replaced by q × scale. XLA may fuse the dequantization into the
-// matmul's operand; where it does not (the CPU backends), it is
-// materialized per step, see BENCHMARKS.md for what that costs.
+// parameters (the scales after the rope tables); the int8 matrix,
+// converted to the compute dtype, feeds the matmul and each output
+// channel is multiplied by its scale after it (quantMatmul), which is the
+// float model with each weight replaced by q × scale up to float32
+// rounding. No backend here has an int8 × float matmul kernel, so the
+// conversion is a pass over the weights each step: BENCHMARKS.md "LLM
+// generation" has what that costs on the CPU backends.
 
 // Quantization selects how Load stores the projection weights.
 type Quantization string
@@ -89,10 +89,34 @@ func quantizedSpec(c *Config, i int) bool {
 	return projectionSlot((i-1)%c.perLayer()) >= 0
 }
 
-// dequantize is q [out, in] int8 times scale [out] float32 per row, in dt.
-func dequantize(q, scale *Node, dt ir.DType) *Node {
-	w := Mul(ConvertDType(q, ir.Float32), BroadcastToDims(Reshape(scale, -1, 1), q.Shape().Dimensions...))
-	return ConvertDType(w, dt)
+// proj is layer l's projection i (weightSpecs' per-layer index) applied to
+// x [N, in], plus bias when given: linear, or with int8 weights quantMatmul.
+func (w netWeights) proj(l, i int, x, bias *Node) *Node {
+	wt := w.layer(l, i)
+	s := projectionSlot(i)
+	if len(w.scales) == 0 || s < 0 {
+		return linear(x, wt, bias)
+	}
+	y := quantMatmul(x, wt, w.scales[l*len(projections)+s])
+	if bias != nil {
+		y = Add(y, bcastLast(bias, y))
+	}
+	return y
+}
+
+// quantMatmul is x [N, in] times the int8 q [out, in] transposed, each
+// output channel o then multiplied by scale[o] (float32): (Σ x·q)·s, which
+// equals Σ x·(q·s), the product with the dequantized weight, up to
+// rounding. The int8 values are exact in every float dtype (|q| ≤ 127);
+// the scaling is done in float32 so that a bfloat16 model does not round
+// the scales. Scaling the [N, out] output rather than the [out, in]
+// weight is the cheaper of the two on the CPU backends
+// (BenchmarkQuantMatVec).
+func quantMatmul(x, q, scale *Node) *Node {
+	dt := x.DType()
+	y := ConvertDType(Einsum("ni,oi->no", x, ConvertDType(q, dt)), ir.Float32)
+	y = Mul(y, BroadcastToDims(Reshape(scale, 1, -1), y.Shape().Dimensions...))
+	return ConvertDType(y, dt)
 }
 
 // NonFiniteWeightError says a weight to be quantized holds a NaN or an
