@@ -103,11 +103,18 @@ func init() {
 		return nil
 	})
 
+	// Padding: positions stay apart (PRelu's slope broadcasts like a
+	// binary operand).
+	registerPadRules(padUnary, "Relu", "LeakyRelu", "Elu", "Celu", "Selu", "ThresholdedRelu",
+		"HardSigmoid", "HardSwish", "Softplus", "Softsign", "Mish", "Gelu", "Shrink")
+	registerPadRule("PRelu", padElementwise)
+
 	// Softmax family: before opset 13 the input is flattened to 2-D at axis
 	// (default 1); since 13 the op works along one axis (default -1).
 	for _, op := range []string{"Softmax", "LogSoftmax", "Hardmax"} {
 		register(op, 1, softmaxConv(op, false))
 		register(op, 13, softmaxConv(op, true))
+		registerPadRule(op, padSoftmax)
 	}
 
 	register("Conv", 1, convConv)
@@ -120,10 +127,13 @@ func init() {
 	register("GlobalLpPool", 2, convGlobalPool("lp"))
 	register("BatchNormalization", 1, convBatchNorm)
 	register("InstanceNormalization", 1, convInstanceNorm)
+	registerPadRules(padSpatial, "Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool",
+		"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "BatchNormalization", "InstanceNormalization")
 	register("LayerNormalization", 17, convLayerNorm)
 	registerPadRule("LayerNormalization", padLayerNorm)
 	register("GroupNormalization", 18, convGroupNorm)
 	register("LRN", 1, convLRN)
+	registerPadRules(padSpatial, "GroupNormalization", "LRN")
 	register("MeanVarianceNormalization", 9, convMVN)
 }
 
@@ -607,7 +617,7 @@ func convInstanceNorm(c *opCtx) error {
 // normalises over the axes from axis on, so padding is exact only along
 // an earlier axis, with scale and bias not carrying the padded dimension.
 // Its mean and inverse-deviation outputs keep the earlier axes.
-func padLayerNorm(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, fail func(string, ...any) []*pval) []*pval {
+func padLayerNorm(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, _ bool, fail func(string, ...any) []*pval) []*pval {
 	x := ins[0]
 	if x.rank < 0 {
 		return fail("has a rank the analysis does not know")

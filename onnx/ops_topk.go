@@ -44,7 +44,7 @@ const topKRankLimit = 1 << 22
 // padTopK is TopK's padding rule (padsafe.go): it sorts along one axis, so
 // padding is exact only along another; k must not be computed from the
 // padded size. Both outputs have an unknown size along the sorted axis.
-func padTopK(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, fail func(string, ...any) []*pval) []*pval {
+func padTopK(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, _ bool, fail func(string, ...any) []*pval) []*pval {
 	x := ins[0]
 	if x.rank < 0 {
 		return fail("has a rank the analysis does not know")

@@ -9,62 +9,82 @@ import (
 	"testing"
 )
 
-// padSwitchOps returns the op types (*padRun).rule's switch in padsafe.go
-// handles, read from the source.
-func padSwitchOps(t *testing.T) map[string]bool {
+// padsafeOpNames returns the op-type string literals that padsafe.go
+// compares a node's op type against in (*padRun).rule: a switch on op or
+// a comparison with op or n.OpType. There must be none: every op's rule
+// lives beside its converter.
+func padsafeOpNames(t *testing.T) []string {
 	t.Helper()
 	f, err := parser.ParseFile(token.NewFileSet(), "padsafe.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops := map[string]bool{}
+	isOp := func(e ast.Expr) bool {
+		switch e := e.(type) {
+		case *ast.Ident:
+			return e.Name == "op"
+		case *ast.SelectorExpr:
+			return e.Sel.Name == "OpType"
+		}
+		return false
+	}
+	var names []string
+	lit := func(e ast.Expr) {
+		if l, ok := e.(*ast.BasicLit); ok && l.Kind == token.STRING {
+			s, _ := strconv.Unquote(l.Value)
+			names = append(names, s)
+		}
+	}
+	found := false
 	for _, d := range f.Decls {
 		fn, ok := d.(*ast.FuncDecl)
 		if !ok || fn.Name.Name != "rule" || fn.Recv == nil {
 			continue
 		}
+		found = true
 		ast.Inspect(fn.Body, func(n ast.Node) bool {
-			sw, ok := n.(*ast.SwitchStmt)
-			if !ok {
-				return true
-			}
-			if id, ok := sw.Tag.(*ast.Ident); !ok || id.Name != "op" {
-				return true
-			}
-			for _, st := range sw.Body.List {
-				for _, e := range st.(*ast.CaseClause).List {
-					if lit, ok := e.(*ast.BasicLit); ok && lit.Kind == token.STRING {
-						s, _ := strconv.Unquote(lit.Value)
-						ops[s] = true
+			switch n := n.(type) {
+			case *ast.SwitchStmt:
+				if n.Tag != nil && isOp(n.Tag) {
+					for _, st := range n.Body.List {
+						for _, e := range st.(*ast.CaseClause).List {
+							lit(e)
+						}
 					}
 				}
+			case *ast.BinaryExpr:
+				if isOp(n.X) {
+					lit(n.Y)
+				}
+				if isOp(n.Y) {
+					lit(n.X)
+				}
 			}
-			return false
+			return true
 		})
 	}
-	if len(ops) == 0 {
-		t.Fatal("found no switch on op in (*padRun).rule")
+	if !found {
+		t.Fatal("found no (*padRun).rule in padsafe.go")
 	}
-	return ops
+	return names
 }
 
-// Every op the importer converts has a decided padding rule: one kept
-// beside its converter (registerPadRule), a case of rule's switch, or a
-// place in padNotAnalysed (refused as soon as it touches the padded
-// dimension). A new op cannot be added without deciding, and no op is
-// decided twice. Fault injected: registering a new op "PadRuleProbe" in an
-// init function fails this test naming it.
+// Every op the importer converts has exactly one decided padding rule:
+// one registered beside its converter (registerPadRule in the op's
+// ops_*.go init), or a place in padNotAnalysed (refused as soon as it
+// touches the padded dimension). A new op cannot be added without
+// deciding, and no op is decided twice. padsafe.go's rule holds no op's
+// rule itself (no switch on the op type).
+//
+// Faults injected: deleting the registration registerPadRule("Gemm",
+// padGemm) from ops_math.go fails this test with `ops without a padding
+// rule: ["Gemm"]`; registering a new op "PadRuleProbe" in an init function
+// fails it naming that op; a `switch op { case "Relu": ... }` put back in
+// rule fails it naming "Relu".
 func TestPadRulesDecided(t *testing.T) {
-	sw := padSwitchOps(t)
 	var undecided, twice, stale []string
 	for op := range registry {
-		n := 0
-		for _, in := range []bool{padRules[op] != nil, sw[op], padNotAnalysed[op]} {
-			if in {
-				n++
-			}
-		}
-		switch {
+		switch n := b2i(padRules[op] != nil) + b2i(padNotAnalysed[op]); {
 		case n == 0:
 			undecided = append(undecided, op)
 		case n > 1:
@@ -92,5 +112,8 @@ func TestPadRulesDecided(t *testing.T) {
 	}
 	if len(stale) > 0 {
 		t.Errorf("padding decisions for ops the importer does not register: %q", stale)
+	}
+	if names := padsafeOpNames(t); len(names) > 0 {
+		t.Errorf("(*padRun).rule in padsafe.go decides ops itself: %q (register their rules beside their converters)", names)
 	}
 }
