@@ -15,6 +15,9 @@ func init() {
 	register("CumSum", 11, convCumSum).needs(1)
 	registerPadRule("CumSum", padCumSum)
 	register("CumProd", 26, convCumProd).needs(1)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("CumProd")
 }
 
 // matMul is numpy matmul: 1-D operands are promoted to matrices (and the
@@ -241,6 +244,9 @@ func convCumProd(c *opCtx) error {
 
 func init() {
 	register("Det", 11, convDet)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("Det")
 }
 
 // convDet computes determinants of the trailing square matrices with the

@@ -40,6 +40,9 @@ func init() {
 	register("EyeLike", 9, convEyeLike).onlyShapes()
 	register("OneHot", 9, convOneHot).needs(1)
 	register("Trilu", 14, convTrilu).needs(1)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("EyeLike", "OneHot", "Trilu")
 }
 
 func convConstant(c *opCtx) error {
@@ -463,6 +466,9 @@ func init() {
 	// Hamming coefficients 25/46 and 21/46 as the ONNX specification gives them.
 	register("HammingWindow", 17, nil).withHost(hostWindow([]float64{25.0 / 46, -21.0 / 46})).needsAll()
 	register("BlackmanWindow", 17, nil).withHost(hostWindow([]float64{0.42, -0.5, 0.08})).needsAll()
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("BlackmanWindow", "HammingWindow", "HannWindow")
 }
 
 // hostWindow builds a generalised cosine window sum_k a_k·cos(2πkn/N'),

@@ -135,6 +135,9 @@ func init() {
 	register("LRN", 1, convLRN)
 	registerPadRules(padSpatial, "GroupNormalization", "LRN")
 	register("MeanVarianceNormalization", 9, convMVN)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("MeanVarianceNormalization")
 }
 
 // softplus is log(1 + exp(x)), computed stably as max(x, 0) + log1p(exp(-|x|)).
@@ -751,6 +754,9 @@ func floorDiv(a, b int) int {
 
 func init() {
 	register("MaxUnpool", 9, convMaxUnpool).needs(2)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("MaxUnpool")
 }
 
 // convMaxUnpool scatters X's values to the flat positions I gives (as

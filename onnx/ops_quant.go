@@ -43,6 +43,10 @@ func init() {
 	register("QLinearMatMul", 10, convQLinearMatMul)
 	register("QLinearConv", 10, convQLinearConv)
 	registerPadRule("QLinearConv", padSpatial)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
+		"QLinearMatMul", "QuantizeLinear")
 }
 
 // quantRange returns the saturation bounds of an integer quantized dtype.

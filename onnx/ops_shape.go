@@ -50,6 +50,9 @@ func init() {
 	register("DepthToSpace", 1, convDepthToSpace)
 	register("SpaceToDepth", 1, convSpaceToDepth)
 	register("SpaceToDepth", 28, convSpaceToDepth) // adds mode (DCR, CRD)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("DepthToSpace", "Pad", "SpaceToDepth", "Tile")
 }
 
 // shapeHost is the Shape op's result for dims, honouring opset-15 start/end.
@@ -910,6 +913,9 @@ func convSpaceToDepth(c *opCtx) error {
 
 func init() {
 	register("ReverseSequence", 10, convReverseSequence)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("ReverseSequence")
 }
 
 // convReverseSequence reverses the first seq_lens[b] elements along the

@@ -36,6 +36,9 @@ func init() {
 	register("TopK", 10, convTopK).needs(1)
 	registerPadRule("TopK", padTopK)
 	register("NonMaxSuppression", 10, nil).withHost(hostNonMaxSuppression).needsAll()
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("NonMaxSuppression")
 }
 
 // topKRankLimit bounds the comparison tensor of the rank lowering.

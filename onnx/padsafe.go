@@ -519,9 +519,10 @@ func (r *padRun) node(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute) []*pva
 }
 
 // rule applies op's padding rule, registered beside its converter
-// (registerPadRule), and returns its outputs' states. An op without one is
-// not analysed: its outputs are dirty as soon as it touches the padded
-// dimension.
+// (registerPadRule, registerPadNotAnalysed), and returns its outputs'
+// states. An op without one (another domain's; the importer refuses an
+// unregistered default-domain op at load) is not analysed: its outputs are
+// dirty as soon as it touches the padded dimension.
 func (r *padRun) rule(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute) []*pval {
 	ins := make([]*pval, len(n.Input))
 	anyInv := false
@@ -599,9 +600,9 @@ type padRuleDef struct {
 // withoutInputs lets the rule run for a node that has no first input.
 func (d *padRuleDef) withoutInputs() *padRuleDef { d.noInputs = true; return d }
 
-// padRules are the rules registered beside their converters, one per op.
-// An op without one is either listed in padNotAnalysed (dirty as soon as
-// it touches the dimension) or fails TestPadRulesDecided.
+// padRules are the rules registered beside their converters, one per op
+// (padUnanalysed for the ops registered not analysed). An importer op
+// without one fails TestPadRulesDecided.
 var padRules = map[string]*padRuleDef{}
 
 // registerPadRule records op's padding rule; called from init functions
@@ -1243,29 +1244,22 @@ func padReduce(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, in
 	return []*pval{out}
 }
 
-// padNotAnalysed are the ops the padding analysis deliberately does not
-// follow: a node of one of them that touches the padded dimension makes it
-// exact ("... is not known to the padding analysis"). Each op the importer
-// registers is here or has a rule registered beside its converter
-// (TestPadRulesDecided).
-var padNotAnalysed = map[string]bool{
-	"AffineGrid": true, "Attention": true, "BitCast": true, "BlackmanWindow": true,
-	"CausalConvWithState": true, "CenterCropPad": true, "Col2Im": true, "Compress": true,
-	"ConcatFromSequence": true, "CumProd": true, "DFT": true, "DeformConv": true,
-	"DepthToSpace": true, "DequantizeLinear": true, "Det": true, "DynamicQuantizeLinear": true,
-	"Einsum": true, "EyeLike": true, "GRU": true, "GatherElements": true, "GatherND": true,
-	"GridSample": true, "HammingWindow": true, "HannWindow": true, "If": true, "LSTM": true,
-	"LinearAttention": true, "Loop": true, "LpNormalization": true, "MatMulInteger": true,
-	"MaxUnpool": true, "MeanVarianceNormalization": true, "MelWeightMatrix": true,
-	"NegativeLogLikelihoodLoss": true, "NonMaxSuppression": true, "NonZero": true, "OneHot": true,
-	"Optional": true, "OptionalGetElement": true, "OptionalHasElement": true, "Pad": true,
-	"QLinearMatMul": true, "QuantizeLinear": true, "RMSNormalization": true, "RNN": true,
-	"RegexFullMatch": true, "Resize": true, "ReverseSequence": true, "RoiAlign": true,
-	"RotaryEmbedding": true, "STFT": true, "Scan": true, "Scatter": true, "ScatterElements": true,
-	"ScatterND": true, "SequenceAt": true, "SequenceConstruct": true, "SequenceEmpty": true,
-	"SequenceErase": true, "SequenceInsert": true, "SequenceLength": true, "SequenceMap": true,
-	"SoftmaxCrossEntropyLoss": true, "SpaceToDepth": true, "SplitToSequence": true,
-	"StringConcat": true, "StringNormalizer": true, "StringSplit": true, "SwiGLU": true,
-	"Swish": true, "TensorScatter": true, "TfIdfVectorizer": true, "Tile": true, "Trilu": true,
-	"Unique": true, "Upsample": true,
+// registerPadNotAnalysed records ops the padding analysis deliberately
+// does not follow, called beside their converters: a node of one of them
+// that touches the padded dimension makes it exact ("... is not known to
+// the padding analysis").
+func registerPadNotAnalysed(ops ...string) {
+	for _, op := range ops {
+		registerPadRule(op, padUnanalysed).withoutInputs()
+	}
+}
+
+// padUnanalysed is the rule of an op the analysis does not follow: its
+// outputs are dirty when an input has to do with the padded dimension,
+// unknown otherwise.
+func padUnanalysed(r *padRun, n *onnxpb.Node, _ map[string]*onnxpb.Attribute, _ []*pval, anyInv bool, _ func(string, ...any) []*pval) []*pval {
+	if anyInv {
+		return r.all(n, &pval{rank: -1, dirty: fmt.Sprintf("%s is not known to the padding analysis", padNodeName(n))})
+	}
+	return r.all(n, &pval{rank: -1})
 }
