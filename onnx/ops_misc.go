@@ -22,7 +22,7 @@ func init() {
 	register("CastLike", 15, convCastLike).withHost(hostCastLike).onlyTypeOf(1)
 	registerPadRules(padCast, "Cast", "CastLike")
 	register("ConstantOfShape", 9, convConstantOfShape).withHost(convConstantOfShape).needs(0)
-	registerPadRule("ConstantOfShape", padConstantOfShape)
+	registerPadRule("ConstantOfShape", padConstantOfShape).takesSize(0)
 	register("Range", 11, nil).withHost(hostRange).needsAll()
 	// 27 adds stash_type: float16/bfloat16 ranges computed in float (1, the
 	// default, what hostRange does in float64 and rounds once) or in their
@@ -33,7 +33,7 @@ func init() {
 		}
 		return hostRange(c)
 	}).needsAll()
-	registerPadRule("Range", padRange)
+	registerPadRule("Range", padRange).takesSize(1)
 	register("Dropout", 1, convDropout).withHost(convDropout)
 	register("Dropout", 12, convDropout).withHost(convDropout).needs(1, 2)
 	registerPadRule("Dropout", padIdentity)

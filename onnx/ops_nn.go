@@ -114,7 +114,10 @@ func init() {
 	for _, op := range []string{"Softmax", "LogSoftmax", "Hardmax"} {
 		register(op, 1, softmaxConv(op, false))
 		register(op, 13, softmaxConv(op, true))
-		registerPadRule(op, padSoftmax)
+		d := registerPadRule(op, padSoftmax)
+		if op == "Softmax" {
+			d.boundedOutputs() // in [0, 1]
+		}
 	}
 
 	register("Conv", 1, convConv)

@@ -15,13 +15,13 @@ import (
 
 func init() {
 	register("Shape", 1, convShape).withHost(convShape).onlyShapes()
-	registerPadRule("Shape", padShape)
+	registerPadRule("Shape", padShape).readsShapes()
 	register("Size", 1, convSize).withHost(convSize).onlyShapes()
-	registerPadRule("Size", padSize)
+	registerPadRule("Size", padSize).readsShapes()
 	register("Identity", 1, convIdentity).withHost(convIdentity)
 	registerPadRule("Identity", padIdentity)
 	registerReshape("Reshape", 5, reshapeTarget).needs(1)
-	registerPadRule("Reshape", padReshape)
+	registerPadRule("Reshape", padReshape).takesSize(1)
 	registerReshape("Flatten", 1, flattenDims)
 	registerPadRule("Flatten", padFlatten)
 	registerReshape("Squeeze", 1, squeezeDims)
@@ -39,9 +39,9 @@ func init() {
 	register("Slice", 10, convSlice).withHost(hostSlice).needs(1, 2, 3, 4)
 	registerPadRule("Slice", padSlice)
 	register("Gather", 1, convGather).withHost(hostGather)
-	registerPadRule("Gather", padGather)
+	registerPadRule("Gather", padGather).takesSize(1)
 	register("Expand", 8, convExpand).withHost(hostExpand).needs(1)
-	registerPadRule("Expand", padExpand)
+	registerPadRule("Expand", padExpand).takesSize(1)
 	register("Tile", 6, convTile).withHost(hostTile).needs(1)
 	register("Transpose", 1, convTranspose).withHost(hostTranspose)
 	registerPadRule("Transpose", padTranspose)
@@ -52,7 +52,8 @@ func init() {
 	register("SpaceToDepth", 28, convSpaceToDepth) // adds mode (DCR, CRD)
 	// Padding: not analysed (a node that touches the padded dimension
 	// keeps it exact).
-	registerPadNotAnalysed("DepthToSpace", "Pad", "SpaceToDepth", "Tile")
+	registerPadNotAnalysed("DepthToSpace", "Pad", "SpaceToDepth")
+	registerPadRule("Tile", padUnanalysed).withoutInputs().takesSize(1) // not analysed; repeats are not data
 }
 
 // shapeHost is the Shape op's result for dims, honouring opset-15 start/end.

@@ -9,62 +9,36 @@ import (
 	"testing"
 )
 
-// padsafeOpNames returns the op-type string literals that padsafe.go
-// compares a node's op type against in (*padRun).rule: a switch on op or
-// a comparison with op or n.OpType. There must be none: every op's rule
-// lives beside its converter.
+// padsafeOpNames returns the op names (registered op types) written as
+// string literals in padsafe.go's dispatch, (*padRun).rule and
+// (*padRun).node: a switch on the op type, a comparison with it, a table
+// keyed by it. There must be none: every op's rule, and what node's
+// guards need to know of it, is registered beside its converter.
 func padsafeOpNames(t *testing.T) []string {
 	t.Helper()
 	f, err := parser.ParseFile(token.NewFileSet(), "padsafe.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	isOp := func(e ast.Expr) bool {
-		switch e := e.(type) {
-		case *ast.Ident:
-			return e.Name == "op"
-		case *ast.SelectorExpr:
-			return e.Sel.Name == "OpType"
-		}
-		return false
-	}
 	var names []string
-	lit := func(e ast.Expr) {
-		if l, ok := e.(*ast.BasicLit); ok && l.Kind == token.STRING {
-			s, _ := strconv.Unquote(l.Value)
-			names = append(names, s)
-		}
-	}
-	found := false
+	found := 0
 	for _, d := range f.Decls {
 		fn, ok := d.(*ast.FuncDecl)
-		if !ok || fn.Name.Name != "rule" || fn.Recv == nil {
+		if !ok || fn.Recv == nil || fn.Name.Name != "rule" && fn.Name.Name != "node" {
 			continue
 		}
-		found = true
+		found++
 		ast.Inspect(fn.Body, func(n ast.Node) bool {
-			switch n := n.(type) {
-			case *ast.SwitchStmt:
-				if n.Tag != nil && isOp(n.Tag) {
-					for _, st := range n.Body.List {
-						for _, e := range st.(*ast.CaseClause).List {
-							lit(e)
-						}
-					}
-				}
-			case *ast.BinaryExpr:
-				if isOp(n.X) {
-					lit(n.Y)
-				}
-				if isOp(n.Y) {
-					lit(n.X)
+			if l, ok := n.(*ast.BasicLit); ok && l.Kind == token.STRING {
+				if s, err := strconv.Unquote(l.Value); err == nil && registry[s] != nil {
+					names = append(names, s)
 				}
 			}
 			return true
 		})
 	}
-	if !found {
-		t.Fatal("found no (*padRun).rule in padsafe.go")
+	if found != 2 {
+		t.Fatalf("found %d of (*padRun).rule and (*padRun).node in padsafe.go", found)
 	}
 	return names
 }
@@ -75,13 +49,15 @@ func padsafeOpNames(t *testing.T) []string {
 // that touches the padded dimension keeps it exact). A new op cannot be
 // added without deciding; deciding one twice panics at program start; a
 // decision for an op the importer does not register is stale. padsafe.go's
-// rule holds no op's rule itself (no switch on the op type).
+// rule and node hold no op's rule themselves (no switch on the op type,
+// no table of ops).
 //
 // Faults injected: deleting the registration registerPadRule("Gemm",
 // padGemm) from ops_math.go fails this test with `ops without a padding
 // rule: ["Gemm"]`; deleting "Tile" from registerPadNotAnalysed in
 // ops_shape.go fails it naming "Tile"; a `switch op { case "Relu": ... }`
-// put back in rule fails it naming "Relu".
+// put back in rule fails it naming "Relu"; node's former table
+// map[string]int{"Reshape": 1, ...} put back fails it naming "Reshape".
 func TestPadRulesDecided(t *testing.T) {
 	var undecided, stale []string
 	for op := range registry {
@@ -103,6 +79,6 @@ func TestPadRulesDecided(t *testing.T) {
 		t.Errorf("padding decisions for ops the importer does not register: %q", stale)
 	}
 	if names := padsafeOpNames(t); len(names) > 0 {
-		t.Errorf("(*padRun).rule in padsafe.go decides ops itself: %q (register their rules beside their converters)", names)
+		t.Errorf("padsafe.go's rule or node decides ops itself: %q (register their rules beside their converters)", names)
 	}
 }

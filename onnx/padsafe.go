@@ -482,19 +482,25 @@ func (r *padRun) constInts(n *onnxpb.Node, i int) ([]int64, bool) {
 
 // node applies one op's rule, then two guards: a value computed from the
 // padded size may only flow where the rule keeps track of it (shape
-// arithmetic, Reshape targets, Range limits...), and "may be extreme at
-// padded positions" (mask) flows from every data input to every output.
+// arithmetic, Reshape targets, Range limits...: the input the op's
+// registration declares with takesSize, or every input of an op
+// registered readsShapes), and "may be extreme at padded positions" (mask)
+// flows from every other input to every output (but those of an op
+// registered bounded).
 func (r *padRun) node(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute) []*pval {
 	outs := r.rule(n, attrs)
 	constElems(outs)
-	shapeArg := map[string]int{"Reshape": 1, "Expand": 1, "ConstantOfShape": 0, "Range": 1, "Gather": 1, "Tile": 1}
+	d := padRules[n.OpType]
+	if d == nil {
+		d = &padRuleDef{sizeIn: -1}
+	}
 	var mask bool
 	for i, name := range n.Input {
 		v := r.vals[name]
 		if name == "" || v == nil {
 			continue
 		}
-		if k, ok := shapeArg[n.OpType]; ok && k == i || n.OpType == "Shape" || n.OpType == "Size" {
+		if d.sizeIn == i || d.shapesOnly {
 			continue
 		}
 		mask = mask || v.mask
@@ -509,10 +515,7 @@ func (r *padRun) node(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute) []*pva
 	}
 	for _, o := range outs {
 		if o != nil {
-			o.mask = o.mask || mask
-			if n.OpType == "Softmax" {
-				o.mask = false // values in [0, 1]
-			}
+			o.mask = (o.mask || mask) && !d.bounded
 		}
 	}
 	return outs
@@ -595,10 +598,29 @@ type padRuleDef struct {
 	// noInputs: the rule also runs for a node without a first input
 	// (Constant has none); otherwise such a node is refused.
 	noInputs bool
+	// sizeIn is the input that may hold a value computed from the padded
+	// size (a shape, a Range limit, Gather indices), which the rule
+	// follows itself; -1 for none. It brings no mask either.
+	sizeIn int
+	// shapesOnly: the op reads its inputs' shapes only (Shape, Size).
+	shapesOnly bool
+	// bounded: the outputs are bounded whatever the inputs (Softmax's are
+	// in [0, 1]), so never extreme at padded positions.
+	bounded bool
 }
 
 // withoutInputs lets the rule run for a node that has no first input.
 func (d *padRuleDef) withoutInputs() *padRuleDef { d.noInputs = true; return d }
+
+// takesSize declares input i as one that may hold a value computed from
+// the padded size, followed by the rule (node's guards skip it).
+func (d *padRuleDef) takesSize(i int) *padRuleDef { d.sizeIn = i; return d }
+
+// readsShapes declares that the op reads only its inputs' shapes.
+func (d *padRuleDef) readsShapes() *padRuleDef { d.shapesOnly = true; return d }
+
+// boundedOutputs declares the op's outputs bounded whatever its inputs.
+func (d *padRuleDef) boundedOutputs() *padRuleDef { d.bounded = true; return d }
 
 // padRules are the rules registered beside their converters, one per op
 // (padUnanalysed for the ops registered not analysed). An importer op
@@ -612,7 +634,7 @@ func registerPadRule(op string, f padRuleFunc) *padRuleDef {
 	if padRules[op] != nil {
 		panic(fmt.Sprintf("onnx: padding rule for %s registered twice", op))
 	}
-	d := &padRuleDef{f: f}
+	d := &padRuleDef{f: f, sizeIn: -1}
 	padRules[op] = d
 	return d
 }
