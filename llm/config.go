@@ -29,8 +29,11 @@ type Config struct {
 	// positions (Mistral).
 	SlidingWindow int
 	Rope          Rope
-	BOS           int   // -1: none
+	BOS           int   // -1: none; from config.json, then generation_config.json
 	EOS           []int // from config.json, then generation_config.json
+	// Generation is generation_config.json's defaults (transformers' own
+	// defaults where the file is absent or leaves a key out).
+	Generation GenerationConfig
 }
 
 // Rope is the rotary embedding's settings.
@@ -102,23 +105,11 @@ func LoadConfig(dir string) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parseConfig(path, raw, readGenerationEOS(dir))
-}
-
-// readGenerationEOS returns generation_config.json's eos_token_id, or nil.
-func readGenerationEOS(dir string) []int {
-	raw, err := os.ReadFile(filepath.Join(dir, "generation_config.json"))
+	gen, err := loadGenerationConfig(dir)
 	if err != nil {
-		return nil
+		return nil, err
 	}
-	var g struct {
-		EOS json.RawMessage `json:"eos_token_id"`
-	}
-	if json.Unmarshal(raw, &g) != nil {
-		return nil
-	}
-	ids, _ := intOrList(g.EOS)
-	return ids
+	return parseConfig(path, raw, gen)
 }
 
 func intOrList(m json.RawMessage) ([]int, error) {
@@ -136,9 +127,9 @@ func intOrList(m json.RawMessage) ([]int, error) {
 	return list, nil
 }
 
-// parseConfig checks a config.json. genEOS are generation_config.json's
-// end ids, which take precedence.
-func parseConfig(path string, raw []byte, genEOS []int) (*Config, error) {
+// parseConfig checks a config.json. gen, when not nil, is
+// generation_config.json's, whose bos and eos ids take precedence.
+func parseConfig(path string, raw []byte, gen *GenerationConfig) (*Config, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, fmt.Errorf("%s: %v", path, err)
@@ -266,15 +257,32 @@ func parseConfig(path string, raw []byte, genEOS []int) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: eos_token_id: %v", path, err)
 	}
-	if genEOS != nil {
-		eos = genEOS
+	cfg.Generation = defaultGenerationConfig()
+	if gen != nil {
+		cfg.Generation = *gen
+		if gen.EOS != nil {
+			eos = gen.EOS
+		}
+		if gen.BOS >= 0 {
+			cfg.BOS = gen.BOS
+		}
 	}
 	for _, id := range eos {
 		if id < 0 || id >= cfg.Vocab {
 			return nil, fmt.Errorf("%s: eos token id %d outside the vocabulary (%d)", path, id, cfg.Vocab)
 		}
 	}
+	for _, f := range []struct {
+		name string
+		id   int
+	}{{"bos_token_id", cfg.BOS}, {"generation_config.json pad_token_id", cfg.Generation.Pad}} {
+		if f.id >= cfg.Vocab {
+			return nil, fmt.Errorf("%s: %s %d outside the vocabulary (%d)", path, f.name, f.id, cfg.Vocab)
+		}
+	}
 	cfg.EOS = eos
+	cfg.Generation.EOS = eos
+	cfg.Generation.BOS = cfg.BOS
 	return cfg, nil
 }
 
