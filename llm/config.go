@@ -173,8 +173,11 @@ func checkWeightKeys(path string, m map[string]json.RawMessage) error {
 		if !ok {
 			continue
 		}
-		switch strings.TrimSpace(string(v)) {
-		case "null", "0", "false":
+		var x any
+		if err := json.Unmarshal(v, &x); err != nil {
+			return fmt.Errorf("%s: %s: %v", path, k, err)
+		}
+		if x == nil || x == false || x == 0.0 {
 			continue
 		}
 		return &UnsupportedError{File: path, Field: k, Value: string(v), Detail: weightKeys[k]}
