@@ -155,3 +155,27 @@ func TestLoadConfigGeneration(t *testing.T) {
 		t.Errorf("pad 40 in a 32-token vocabulary: got %v", err)
 	}
 }
+
+// FuzzGenerationConfig: any generation_config.json is refused with an
+// error or gives settings in their ranges, never a panic.
+func FuzzGenerationConfig(f *testing.F) {
+	for _, s := range []string{
+		`{"bos_token_id": 128000, "do_sample": true, "eos_token_id": [128001, 128008, 128009], "temperature": 0.6, "top_p": 0.9}`,
+		`{"repetition_penalty": 1.05, "top_k": 20}`, `{"num_beams": 1, "max_length": 20}`, `{"eos_token_id": null}`, `[]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		g, err := parseGenerationConfig("generation_config.json", raw)
+		if err != nil {
+			return
+		}
+		if !(g.Temperature > 0) || g.TopK < 0 || !(g.TopP > 0 && g.TopP <= 1) || !(g.MinP >= 0 && g.MinP <= 1) || g.MaxNewTokens < 0 || g.MaxLength < 0 {
+			t.Fatalf("out of range: %+v", g)
+		}
+		s := g.Sampling(SamplingOptions{})
+		if s.Temperature < 0 || s.TopK < 0 {
+			t.Fatalf("resolved sampling out of range: %+v", s)
+		}
+	})
+}
