@@ -30,10 +30,15 @@ import (
 // dimension that is the same affine function of the size in all three
 // (d(1), d(2), d(3) evenly spaced) is extrapolated to size 0.
 
-// hasEmptyInput says whether some input has a zero dimension.
-func hasEmptyInput(shapes map[string][]int) bool {
-	for _, d := range shapes {
-		if slices.Contains(d, 0) {
+// hasEmptyInput says whether some input whose values the model reads has
+// a zero dimension. An input read for its dtype only (CastLike's
+// target_type, which ONNX lets have any shape, empty included:
+// https://onnx.ai/onnx/operators/onnx__CastLike.html) holds no data the
+// outputs are computed from, so an empty one leaves the request an
+// ordinary one, run as usual.
+func (m *Model) hasEmptyInput(shapes map[string][]int) bool {
+	for name, d := range shapes {
+		if slices.Contains(d, 0) && m.m.ReadsValues(name) {
 			return true
 		}
 	}

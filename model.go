@@ -395,7 +395,7 @@ func (m *Model) run(ctx context.Context, inputs map[string]*ir.Tensor, strs map[
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		if strs == nil && !m.hot.stringOutput && !m.m.HasStructuredBoundary() && hasEmptyInput(shapes) {
+		if strs == nil && !m.hot.stringOutput && !m.m.HasStructuredBoundary() && m.hasEmptyInput(shapes) {
 			outs, err := m.runEmpty(shapes, values) // empty.go: the same answer on every backend
 			return outs, nil, nil, err
 		}

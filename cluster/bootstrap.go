@@ -32,6 +32,11 @@ const (
 	EnvNumProcesses = "TENSORBRIDGE_NUM_PROCESSES"   // how many processes the job has
 	EnvTimeout      = "TENSORBRIDGE_CLUSTER_TIMEOUT" // Go duration, e.g. "30s"
 	EnvJob          = "TENSORBRIDGE_JOB"             // job id; processes of other jobs are refused
+	// EnvMaxConnections and EnvIdleTimeout set Limits.MaxConnections and
+	// Limits.IdleTimeout of process 0's coordination service when
+	// Options.Limits leaves them unset.
+	EnvMaxConnections = "TENSORBRIDGE_CLUSTER_MAX_CONNECTIONS" // integer; -1: no cap
+	EnvIdleTimeout    = "TENSORBRIDGE_CLUSTER_IDLE_TIMEOUT"    // Go duration
 	// EnvBind is the IP process 0's coordination service listens on (the
 	// coordinator address's port); unset: see ListenAddress. The Kubernetes
 	// manifests set it to the pod's IP (status.podIP).
@@ -385,7 +390,32 @@ func Bootstrap(ctx context.Context, opts Options) (*Config, error) {
 	if v := get(EnvJob); v != "" {
 		c.Job = String{v, "env:" + EnvJob}
 	}
+	if err := connectionLimits(&c.Limits, get); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// connectionLimits fills l's connection cap and idle timeout from
+// TENSORBRIDGE_CLUSTER_MAX_CONNECTIONS and TENSORBRIDGE_CLUSTER_IDLE_TIMEOUT
+// where the caller left them unset.
+func connectionLimits(l *Limits, get func(string) string) error {
+	if v := get(EnvMaxConnections); v != "" && l.MaxConnections == 0 {
+		n, err := strconv.Atoi(v)
+		if err != nil || n == 0 || n < -1 {
+			return &ConfigError{Field: "coordinator connection cap", Value: v, Source: "env:" + EnvMaxConnections,
+				Reason: "want a positive integer, or -1 for no cap"}
+		}
+		l.MaxConnections = n
+	}
+	if v := get(EnvIdleTimeout); v != "" && l.IdleTimeout == 0 {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return &ConfigError{Field: "coordinator idle timeout", Value: v, Source: "env:" + EnvIdleTimeout, Reason: "want a positive Go duration such as 15s"}
+		}
+		l.IdleTimeout = d
+	}
+	return nil
 }
 
 // HeartbeatInterval is the heartbeat period for a cluster timeout: a tenth

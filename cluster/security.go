@@ -226,6 +226,7 @@ func (s *Server) authUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo
 	if err := s.authenticate(ctx); err != nil {
 		return nil, err
 	}
+	s.proven(ctx)
 	return h(ctx, req)
 }
 
@@ -233,7 +234,17 @@ func (s *Server) authStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerI
 	if err := s.authenticate(ss.Context()); err != nil {
 		return err
 	}
+	s.proven(ss.Context())
 	return h(srv, ss)
+}
+
+// proven exempts the connection of an authenticated call from eviction
+// at the connection cap (see connLimit). Without a token every call
+// counts as authenticated.
+func (s *Server) proven(ctx context.Context) {
+	if s.conns != nil {
+		s.conns.prove(ctx)
+	}
 }
 
 // checkSession checks that a call acting for process idx carries that
@@ -328,6 +339,24 @@ type Limits struct {
 	// MaxWait caps the timeout a client asks for in Get and Barrier
 	// (default the larger of the cluster timeout and 10 minutes).
 	MaxWait time.Duration
+	// MaxConnections caps the connections the coordination service holds
+	// open at once (default 1,024 plus 2 per process; -1: no cap). At the
+	// cap a new connection evicts the oldest one that has carried no
+	// authenticated call, or is closed when there is none, so that
+	// connections from outside the job cannot lock its processes out
+	// (each holds one connection, proven by its first call).
+	MaxConnections int
+	// IdleTimeout closes a connection that has had no call open for this
+	// long (gRPC's MaxConnectionIdle), so that a flood of idle connections
+	// holding the cap is cut well inside the cluster timeout (default the
+	// smaller of a quarter of the cluster timeout and 30 s). A process of
+	// the job always has its session stream open, so it is never idle.
+	IdleTimeout time.Duration
+	// MinPingInterval is the shortest interval between a client's
+	// keepalive pings the service tolerates; a client pinging more often
+	// is disconnected with GOAWAY "too_many_pings" (default 10 s; the
+	// job's own clients send none).
+	MinPingInterval time.Duration
 }
 
 // Default limits; see Limits.
@@ -337,6 +366,8 @@ const (
 	DefaultMaxValueBytes = 4 << 20
 	DefaultMaxBytes      = 64 << 20
 	DefaultMaxWait       = 10 * time.Minute
+	// DefaultMinPingInterval is Limits.MinPingInterval's default.
+	DefaultMinPingInterval = 10 * time.Second
 )
 
 // withDefaults fills unset limits; timeout is the cluster timeout.
@@ -356,7 +387,25 @@ func (l Limits) withDefaults(timeout time.Duration) Limits {
 	if l.MaxWait <= 0 {
 		l.MaxWait = max(DefaultMaxWait, timeout)
 	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = min(timeout/4, 30*time.Second)
+	}
+	if l.MinPingInterval <= 0 {
+		l.MinPingInterval = DefaultMinPingInterval
+	}
 	return l
+}
+
+// maxConnections is the connection cap for a job of n processes; 0 means
+// no cap.
+func (l Limits) maxConnections(n int) int {
+	switch {
+	case l.MaxConnections < 0:
+		return 0
+	case l.MaxConnections == 0:
+		return 1024 + 2*n
+	}
+	return l.MaxConnections
 }
 
 // capWait is the wait a client asked for (ms; <= 0 means the cluster

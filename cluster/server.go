@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -55,6 +56,7 @@ type Server struct {
 
 	grpc     *grpc.Server
 	lis      net.Listener
+	conns    *connLimit // nil: no connection cap
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup // the monitor and Serve goroutines
@@ -148,6 +150,10 @@ func serveAddress(coordinator, bind string) (string, error) {
 func (s *Server) Serve(lis net.Listener) {
 	s.lis = lis
 	s.start = time.Now()
+	if n := s.limits.maxConnections(s.n); n > 0 {
+		s.conns = newConnLimit(n)
+		lis = s.conns.listener(lis)
+	}
 	s.grpc = grpc.NewServer(
 		serverCreds(s.security),
 		grpc.UnaryInterceptor(s.authUnary),
@@ -155,6 +161,12 @@ func (s *Server) Serve(lis net.Listener) {
 		// A put is the largest message: its key and value plus framing.
 		grpc.MaxRecvMsgSize(s.limits.MaxValueBytes+s.limits.MaxKeyBytes+1024),
 		grpc.ConnectionTimeout(min(s.timeout, 20*time.Second)),
+		// Idle connections are closed and clients pinging too often cut
+		// off, so that connections held open by nobody of the job cannot
+		// keep the cap full (grpc-go's enforcement default is 5 minutes
+		// between pings, and no idle limit).
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.limits.MinPingInterval, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.limits.IdleTimeout}),
 	)
 	clusterpb.RegisterCoordinationServer(s.grpc, s)
 	s.wg.Add(2)

@@ -2,6 +2,7 @@ package llm
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -25,12 +26,19 @@ type Config struct {
 	TiedEmbeddings bool
 	QKVBias        bool // Qwen2: biases on q, k and v
 	QKNorm         bool // Qwen3: RMSNorm of q and k per head
+	// AttentionBias (biases on q, k, v and o: Llama's and Qwen3's
+	// attention_bias) and MLPBias are only ever set with
+	// ParseOptions.ShapesOnly: the decoder does not implement them.
+	AttentionBias, MLPBias bool
 	// SlidingWindow, when > 0, limits attention to the last SlidingWindow
 	// positions (Mistral).
 	SlidingWindow int
 	Rope          Rope
-	BOS           int   // -1: none
+	BOS           int   // -1: none; from config.json, then generation_config.json
 	EOS           []int // from config.json, then generation_config.json
+	// Generation is generation_config.json's defaults (transformers' own
+	// defaults where the file is absent or leaves a key out).
+	Generation GenerationConfig
 	// quant is how Load stores the projection weights (quant.go); not
 	// from config.json.
 	quant Quantization
@@ -105,23 +113,11 @@ func LoadConfig(dir string) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parseConfig(path, raw, readGenerationEOS(dir))
-}
-
-// readGenerationEOS returns generation_config.json's eos_token_id, or nil.
-func readGenerationEOS(dir string) []int {
-	raw, err := os.ReadFile(filepath.Join(dir, "generation_config.json"))
+	gen, err := loadGenerationConfig(dir)
 	if err != nil {
-		return nil
+		return nil, err
 	}
-	var g struct {
-		EOS json.RawMessage `json:"eos_token_id"`
-	}
-	if json.Unmarshal(raw, &g) != nil {
-		return nil
-	}
-	ids, _ := intOrList(g.EOS)
-	return ids
+	return parseConfig(path, raw, gen)
 }
 
 func intOrList(m json.RawMessage) ([]int, error) {
@@ -139,23 +135,69 @@ func intOrList(m json.RawMessage) ([]int, error) {
 	return list, nil
 }
 
-// parseConfig checks a config.json. genEOS are generation_config.json's
-// end ids, which take precedence.
-func parseConfig(path string, raw []byte, genEOS []int) (*Config, error) {
+// ParseOptions tune ParseConfig.
+type ParseOptions struct {
+	// ShapesOnly checks only what decides the weights' shapes and count
+	// and the KV cache's size, for planning (package plan): settings that
+	// change the arithmetic but not the shapes (rope scaling types,
+	// activations, pretraining_tp, unknown keys) are accepted, biases are
+	// recorded in Config.AttentionBias and MLPBias instead of refused, and
+	// a sliding window is read for any architecture (use_sliding_window
+	// false turns it off). Keys that change the weights themselves
+	// (mixture of experts, quantization) are refused in both modes.
+	ShapesOnly bool
+}
+
+// ParseConfig checks the config.json read from path, without
+// generation_config.json: the parser of LoadConfig, for callers that have
+// the bytes (planning).
+func ParseConfig(path string, raw []byte, o ParseOptions) (*Config, error) {
+	return parseConfigOpts(path, raw, nil, o)
+}
+
+// weightKeys change the weights' layout or bytes; neither mode
+// implements them, so a value other than off is refused.
+var weightKeys = map[string]string{
+	"num_local_experts":   "mixture-of-experts weights are not implemented",
+	"num_experts":         "mixture-of-experts weights are not implemented",
+	"quantization_config": "quantized weights change the bytes and the arithmetic; not implemented",
+}
+
+// checkWeightKeys refuses a weight key set to anything but null, 0 or
+// false.
+func checkWeightKeys(path string, m map[string]json.RawMessage) error {
+	keys := make([]string, 0, len(weightKeys))
+	for k := range weightKeys {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v, ok := m[k]
+		if !ok {
+			continue
+		}
+		var x any
+		if err := json.Unmarshal(v, &x); err != nil {
+			return fmt.Errorf("%s: %s: %v", path, k, err)
+		}
+		if x == nil || x == false || x == 0.0 {
+			continue
+		}
+		return &UnsupportedError{File: path, Field: k, Value: string(v), Detail: weightKeys[k]}
+	}
+	return nil
+}
+
+// parseConfig checks a config.json. gen, when not nil, is
+// generation_config.json's, whose bos and eos ids take precedence.
+func parseConfig(path string, raw []byte, gen *GenerationConfig) (*Config, error) {
+	return parseConfigOpts(path, raw, gen, ParseOptions{})
+}
+
+func parseConfigOpts(path string, raw []byte, gen *GenerationConfig, o ParseOptions) (*Config, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, fmt.Errorf("%s: %v", path, err)
-	}
-	var unknown []string
-	for k := range m {
-		if !mathKeys[k] && !harmlessKeys[k] {
-			unknown = append(unknown, k)
-		}
-	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return nil, &UnsupportedError{File: path, Field: strings.Join(unknown, ", "), Value: "(present)",
-			Detail: "a config field this implementation does not know; it may change the computation"}
 	}
 	var c struct {
 		Architectures    []string        `json:"architectures"`
@@ -187,12 +229,26 @@ func parseConfig(path string, raw []byte, genEOS []int) (*Config, error) {
 		return nil, fmt.Errorf("%s: %v", path, err)
 	}
 	if len(c.Architectures) != 1 {
-		return nil, &UnsupportedError{File: path, Field: "architectures", Value: fmt.Sprint(c.Architectures), Detail: "want exactly one"}
+		return nil, fmt.Errorf("%s: architectures = %v: want exactly one", path, c.Architectures)
 	}
 	arch := c.Architectures[0]
 	if !supportedArchitectures[arch] {
 		return nil, &UnsupportedError{File: path, Field: "architectures", Value: arch,
 			Detail: "supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"}
+	}
+	if err := checkWeightKeys(path, m); err != nil {
+		return nil, err
+	}
+	var unknown []string
+	for k := range m {
+		if !mathKeys[k] && !harmlessKeys[k] {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 && !o.ShapesOnly {
+		sort.Strings(unknown)
+		return nil, &UnsupportedError{File: path, Field: strings.Join(unknown, ", "), Value: "(present)",
+			Detail: "a config field this implementation does not know; it may change the computation"}
 	}
 	cfg := &Config{Architecture: arch, Vocab: c.Vocab, Hidden: c.Hidden, Intermediate: c.Intermediate,
 		Layers: c.Layers, Heads: c.Heads, RMSEps: c.RMSEps, MaxPositions: c.MaxPositions, BOS: -1}
@@ -201,11 +257,14 @@ func parseConfig(path string, raw []byte, genEOS []int) (*Config, error) {
 		v    int
 	}{{"vocab_size", c.Vocab}, {"hidden_size", c.Hidden}, {"intermediate_size", c.Intermediate},
 		{"num_hidden_layers", c.Layers}, {"num_attention_heads", c.Heads}, {"max_position_embeddings", c.MaxPositions}} {
+		if o.ShapesOnly && f.name == "max_position_embeddings" && f.v == 0 {
+			continue // planning takes the context from its options
+		}
 		if f.v <= 0 || f.v > 1<<24 {
 			return nil, fmt.Errorf("%s: %s = %d, want a positive size", path, f.name, f.v)
 		}
 	}
-	if c.RMSEps <= 0 {
+	if c.RMSEps <= 0 && !o.ShapesOnly {
 		return nil, fmt.Errorf("%s: rms_norm_eps = %g, want > 0", path, c.RMSEps)
 	}
 	cfg.KVHeads = c.Heads
@@ -221,42 +280,44 @@ func parseConfig(path string, raw []byte, genEOS []int) (*Config, error) {
 	} else if c.Hidden%c.Heads != 0 {
 		return nil, fmt.Errorf("%s: hidden_size %d is not a multiple of num_attention_heads %d and head_dim is absent", path, c.Hidden, c.Heads)
 	}
-	if cfg.HeadDim <= 0 || cfg.HeadDim%2 != 0 {
+	if cfg.HeadDim <= 0 || (cfg.HeadDim%2 != 0 && !o.ShapesOnly) {
 		return nil, fmt.Errorf("%s: head_dim = %d, want a positive even number", path, cfg.HeadDim)
 	}
-	if c.HiddenAct != "" && c.HiddenAct != "silu" {
-		return nil, &UnsupportedError{File: path, Field: "hidden_act", Value: c.HiddenAct, Detail: "only silu"}
+	if err := checkArithmetic(path, c.HiddenAct, c.PretrainingTP, c.PartialRotary, o); err != nil {
+		return nil, err
 	}
-	if c.PretrainingTP != nil && *c.PretrainingTP != 1 {
-		return nil, &UnsupportedError{File: path, Field: "pretraining_tp", Value: fmt.Sprint(*c.PretrainingTP), Detail: "only 1"}
-	}
-	if c.PartialRotary != nil && *c.PartialRotary != 1 {
-		return nil, &UnsupportedError{File: path, Field: "partial_rotary_factor", Value: fmt.Sprint(*c.PartialRotary), Detail: "only 1"}
-	}
-	if c.MLPBias != nil && *c.MLPBias {
-		return nil, &UnsupportedError{File: path, Field: "mlp_bias", Value: "true"}
-	}
+	cfg.MLPBias = c.MLPBias != nil && *c.MLPBias
+	attnBias := c.AttentionBias != nil && *c.AttentionBias
 	switch arch {
-	case "LlamaForCausalLM", "MistralForCausalLM":
-		if c.AttentionBias != nil && *c.AttentionBias {
-			return nil, &UnsupportedError{File: path, Field: "attention_bias", Value: "true"}
-		}
 	case "Qwen2ForCausalLM":
-		cfg.QKVBias = true
+		cfg.QKVBias = true // Qwen2Attention: q, k, v with bias, o without; attention_bias unread
 	case "Qwen3ForCausalLM":
 		cfg.QKNorm = true
-		if c.AttentionBias != nil && *c.AttentionBias {
+		cfg.AttentionBias = attnBias
+	default:
+		cfg.AttentionBias = attnBias
+	}
+	if !o.ShapesOnly {
+		if cfg.MLPBias {
+			return nil, &UnsupportedError{File: path, Field: "mlp_bias", Value: "true"}
+		}
+		if cfg.AttentionBias {
 			return nil, &UnsupportedError{File: path, Field: "attention_bias", Value: "true"}
 		}
 	}
 	// LlamaConfig, MistralConfig, Qwen2Config and Qwen3Config all default
 	// tie_word_embeddings to false.
 	cfg.TiedEmbeddings = c.Tie != nil && *c.Tie
-	if err := cfg.slidingWindow(path, arch, c.SlidingWindow, c.UseSlidingWindow, c.LayerTypes); err != nil {
+	if o.ShapesOnly {
+		if sw := c.SlidingWindow; sw != nil && *sw > 0 && (c.UseSlidingWindow == nil || *c.UseSlidingWindow) {
+			cfg.SlidingWindow = *sw
+		}
+	} else if err := cfg.slidingWindow(path, arch, c.SlidingWindow, c.UseSlidingWindow, c.LayerTypes); err != nil {
 		return nil, err
 	}
 	rope, err := parseRope(path, c.RopeTheta, c.RopeScaling, c.RopeParameters)
-	if err != nil {
+	var ue *UnsupportedError
+	if err != nil && !(o.ShapesOnly && errors.As(err, &ue)) {
 		return nil, err
 	}
 	cfg.Rope = rope
@@ -269,16 +330,48 @@ func parseConfig(path string, raw []byte, genEOS []int) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: eos_token_id: %v", path, err)
 	}
-	if genEOS != nil {
-		eos = genEOS
+	cfg.Generation = defaultGenerationConfig()
+	if gen != nil {
+		cfg.Generation = *gen
+		if gen.EOS != nil {
+			eos = gen.EOS
+		}
+		if gen.BOS >= 0 {
+			cfg.BOS = gen.BOS
+		}
 	}
 	for _, id := range eos {
 		if id < 0 || id >= cfg.Vocab {
 			return nil, fmt.Errorf("%s: eos token id %d outside the vocabulary (%d)", path, id, cfg.Vocab)
 		}
 	}
+	for _, f := range []struct {
+		name string
+		id   int
+	}{{"bos_token_id", cfg.BOS}, {"generation_config.json pad_token_id", cfg.Generation.Pad}} {
+		if f.id >= cfg.Vocab {
+			return nil, fmt.Errorf("%s: %s %d outside the vocabulary (%d)", path, f.name, f.id, cfg.Vocab)
+		}
+	}
 	cfg.EOS = eos
+	cfg.Generation.EOS = eos
+	cfg.Generation.BOS = cfg.BOS
 	return cfg, nil
+}
+
+// checkArithmetic refuses settings that change the computation but not
+// the shapes, unless o.ShapesOnly.
+func checkArithmetic(path, act string, tp *int, partial *float64, o ParseOptions) error {
+	switch {
+	case o.ShapesOnly:
+	case act != "" && act != "silu":
+		return &UnsupportedError{File: path, Field: "hidden_act", Value: act, Detail: "only silu"}
+	case tp != nil && *tp != 1:
+		return &UnsupportedError{File: path, Field: "pretraining_tp", Value: fmt.Sprint(*tp), Detail: "only 1"}
+	case partial != nil && *partial != 1:
+		return &UnsupportedError{File: path, Field: "partial_rotary_factor", Value: fmt.Sprint(*partial), Detail: "only 1"}
+	}
+	return nil
 }
 
 // slidingWindow reads Mistral's sliding_window and refuses Qwen's

@@ -9,9 +9,9 @@ import (
 
 // Sampling on the device, inside the decode and prefill programs.
 //
-// Each row carries its own settings: temperature (0: greedy), top-k (0:
-// off), top-p (1: off), min-p (0: off), a seed and the index of the token
-// being drawn. The random numbers are a hash of (seed, index, vocabulary
+// Each row carries its own settings, applied in transformers' order:
+// temperature (0: greedy), top-k (0: off), top-p (1: off), min-p (0:
+// off); and a seed and the index of the token being drawn. The random numbers are a hash of (seed, index, vocabulary
 // entry) alone, so a request draws the same tokens whatever else shares
 // its batch. The draw is the Gumbel-max trick: argmax(logits/T + G), G
 // Gumbel noise, samples softmax(logits/T) over the entries the filters
@@ -49,13 +49,15 @@ func sample(lg *Node, sp sampleParams) (tok, logprob *Node) {
 	}
 	useK := GreaterThan(k, ConstAsDType(g, ir.Int32, 0))
 	x = Where(LogicalAnd(col(useK), LessThan(x, col(lo))), negInf, x)
-	p := Softmax(x, -1)
-	// min-p: keep probabilities >= min_p × the largest.
-	pmax := ReduceMax(p, -1)
-	x = Where(LessThan(p, col(Mul(sp.minP, pmax))), negInf, x)
-	p = Softmax(x, -1)
+	// top-p, then min-p: transformers' order (TemperatureLogitsWarper,
+	// TopKLogitsWarper, TopPLogitsWarper, MinPLogitsWarper in
+	// GenerationMixin._get_logits_processor,
+	// https://github.com/huggingface/transformers/blob/main/src/transformers/generation/utils.py).
+	// The two do not commute: min-p first renormalises before top-p
+	// measures its mass.
 	// top-p: the largest threshold whose kept mass is still >= top_p.
-	plo, phi := ZerosLike(pmax), ReduceMax(p, -1)
+	p := Softmax(x, -1)
+	plo, phi := ZerosLike(ReduceMax(p, -1)), ReduceMax(p, -1)
 	for range searchSteps {
 		mid := Div(Add(plo, phi), f32(2))
 		mass := ReduceSum(Where(GreaterOrEqual(p, col(mid)), p, ZerosLike(p)), -1)
@@ -64,6 +66,9 @@ func sample(lg *Node, sp sampleParams) (tok, logprob *Node) {
 	}
 	useP := LessThan(sp.topP, f32(1))
 	x = Where(LogicalAnd(col(useP), LessThan(p, col(plo))), negInf, x)
+	// min-p: keep probabilities >= min_p × the largest.
+	p = Softmax(x, -1)
+	x = Where(LessThan(p, col(Mul(sp.minP, ReduceMax(p, -1)))), negInf, x)
 
 	u := uniform(sp.seed, sp.index, b, vsz)
 	gumbel := Neg(Log(Neg(Log(u))))

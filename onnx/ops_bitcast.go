@@ -28,6 +28,9 @@ import (
 
 func init() {
 	register("BitCast", 26, convBitCast).withHost(hostBitCast)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("BitCast")
 }
 
 func bitcastTarget(c *opCtx) ir.DType {

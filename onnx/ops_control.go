@@ -13,6 +13,9 @@ import (
 
 func init() {
 	register("If", 1, convIf).withHost(convIf)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("If")
 }
 
 func convIf(c *opCtx) error {
@@ -77,6 +80,9 @@ func (c *opCtx) setBranchOutputs(outs []*value) error {
 func init() {
 	register("Loop", 1, convLoop).needs(0, 1)
 	register("Scan", 9, convScan)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("Loop", "Scan")
 }
 
 // maxUnroll bounds the iterations Loop and Scan unroll into the graph.

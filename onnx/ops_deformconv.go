@@ -13,6 +13,9 @@ import (
 
 func init() {
 	register("DeformConv", 19, convDeformConv)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("DeformConv")
 }
 
 // convDeformConv: X (N, C, H, W), W (OC, C/group, kH, kW), offset

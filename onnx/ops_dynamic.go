@@ -17,6 +17,9 @@ func init() {
 	register("NonZero", 9, nil).withHost(hostNonZero).needsAll()
 	register("Compress", 9, convCompress).withHost(hostCompress).needs(1)
 	register("Unique", 11, nil).withHost(hostUnique).needsAll()
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("Compress", "NonZero", "Unique")
 }
 
 func hostNonZero(c *opCtx) error {

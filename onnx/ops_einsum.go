@@ -23,6 +23,9 @@ import (
 
 func init() {
 	register("Einsum", 12, convEinsum)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("Einsum")
 }
 
 // einsumEllipsisBase is the first label given to ellipsis dimensions; letter

@@ -246,6 +246,12 @@ func init() {
 		c.setDT(0, inf, ir.Bool)
 		return nil
 	})
+	// Padding: positions stay apart; Neg and Not carry a constant fill.
+	registerPadRules(padUnary, "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round",
+		"Sign", "Sin", "Cos", "Tan", "Tanh", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Atan", "Asin",
+		"Acos", "Erf", "Sigmoid", "IsNaN", "IsInf")
+	registerPadRule("Neg", padNeg)
+	registerPadRule("Not", padNot)
 
 	// Binary arithmetic.
 	register("Add", 7, binaryOp(graph.Add)).withHost(hostBinary(func(a, b float64) float64 { return a + b }, func(a, b int64) int64 { return a + b }))
@@ -265,6 +271,9 @@ func init() {
 	register("BitwiseOr", 18, binaryOp(graph.BitwiseOr))
 	register("BitwiseXor", 18, binaryOp(graph.BitwiseXor))
 	register("BitwiseNot", 18, unaryOp(graph.BitwiseNot))
+	registerPadRules(padElementwise, "Add", "Sub", "Mul", "Div", "Pow", "Mod", "BitShift", "BitwiseAnd",
+		"BitwiseOr", "BitwiseXor")
+	registerPadRule("BitwiseNot", padUnary)
 
 	// Logic and comparisons.
 	register("And", 7, binaryOp(graph.LogicalAnd)).withHost(hostBinary(nil, func(a, b int64) int64 { return b2i(a != 0 && b != 0) }))
@@ -276,6 +285,8 @@ func init() {
 	register("LessOrEqual", 12, binaryOp(graph.LessOrEqual)).withHost(hostCompare(func(a, b float64) bool { return a <= b }, func(a, b int64) bool { return a <= b }))
 	register("GreaterOrEqual", 12, binaryOp(graph.GreaterOrEqual)).withHost(hostCompare(func(a, b float64) bool { return a >= b }, func(a, b int64) bool { return a >= b }))
 	register("Where", 9, convWhere).withHost(hostWhere)
+	registerPadRules(padElementwise, "And", "Or", "Xor", "Equal", "Less", "Greater", "LessOrEqual",
+		"GreaterOrEqual", "Where")
 
 	// Variadic.
 	register("Max", 6, variadic(graph.Max)).withHost(hostVariadic(math.Max, func(a, b int64) int64 { return max(a, b) }))
@@ -290,6 +301,7 @@ func init() {
 		return nil
 	})
 	register("Clip", 6, convClip).withHost(hostClip)
+	registerPadRules(padElementwise, "Max", "Min", "Sum", "Mean", "Clip")
 }
 
 func b2i(b bool) int64 {
@@ -672,3 +684,14 @@ func hostClip(c *opCtx) error {
 	c.setHost(0, r)
 	return nil
 }
+
+// padNeg negates a constant fill at padded positions (a mask's 0/1 stays
+// a known value).
+var padNeg = padPointwise(func(x, out *pval) {
+	out.padc, out.orig, out.idiom = mapPadc(x.padc, func(f float64) float64 { return -f }), x.orig, x.idiom
+})
+
+// padNot inverts a constant boolean fill at padded positions.
+var padNot = padPointwise(func(x, out *pval) {
+	out.padc, out.orig = mapPadc(x.padc, func(f float64) float64 { return b2f(f == 0) }), x.orig
+})

@@ -33,6 +33,9 @@ func init() {
 	register("Scatter", 9, convScatterElements)
 	register("ScatterElements", 11, convScatterElements)
 	register("ScatterND", 11, convScatterND)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("GatherElements", "GatherND", "Scatter", "ScatterElements", "ScatterND")
 }
 
 // gatherMulPairLimit bounds the [U, U, slice] tensor the run-time "mul"

@@ -12,6 +12,9 @@ import (
 func init() {
 	register("CenterCropPad", 18, convCenterCropPad).needs(1)
 	register("AffineGrid", 20, convAffineGrid).needs(1)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("AffineGrid", "CenterCropPad")
 }
 
 // convCenterCropPad crops or zero-pads each listed axis to its target

@@ -32,6 +32,9 @@ func init() {
 	for _, v := range []int{16, 20, 22} {
 		register("GridSample", v, convGridSample)
 	}
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("GridSample")
 }
 
 // gridSampleAxis is one spatial dimension's taps: for every output point

@@ -31,6 +31,9 @@ func init() {
 		}
 		return nil
 	})
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss")
 }
 
 // nllLoss computes -input[n, target[n, d...], d...]·weight[target] with the

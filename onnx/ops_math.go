@@ -9,10 +9,15 @@ import (
 
 func init() {
 	register("MatMul", 1, convMatMul)
+	registerPadRule("MatMul", padMatMul)
 	register("Gemm", 7, convGemm)
+	registerPadRule("Gemm", padGemm)
 	register("CumSum", 11, convCumSum).needs(1)
 	registerPadRule("CumSum", padCumSum)
 	register("CumProd", 26, convCumProd).needs(1)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("CumProd")
 }
 
 // matMul is numpy matmul: 1-D operands are promoted to matrices (and the
@@ -152,7 +157,7 @@ func convGemm(c *opCtx) error {
 // position reads only earlier positions, so padding at the end of the
 // summed axis is exact when real positions are a prefix of it (D itself,
 // or D merged batch-major); a reverse sum reads the padded positions.
-func padCumSum(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, fail func(string, ...any) []*pval) []*pval {
+func padCumSum(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, _ bool, fail func(string, ...any) []*pval) []*pval {
 	x := ins[0]
 	if x.rank < 0 {
 		return fail("has a rank the analysis does not know")
@@ -239,6 +244,9 @@ func convCumProd(c *opCtx) error {
 
 func init() {
 	register("Det", 11, convDet)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("Det")
 }
 
 // convDet computes determinants of the trailing square matrices with the
@@ -310,4 +318,75 @@ func permute(n int, fn func(p []int, sign int)) {
 		}
 	}
 	rec(0)
+}
+
+// padMatMul: batch and row axes keep positions apart; contracting over
+// the padded axis is exact only when one side is exactly zero at padded
+// positions (Softmax weights after a mask) and the other finite there.
+func padMatMul(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	a, b := ins[0], padIn(ins, 1)
+	if a.rank < 1 || b == nil || b.rank < 1 {
+		return fail("has operands of a rank the analysis does not know")
+	}
+	ad, bd := a.dims, b.dims
+	aVec, bVec := a.rank == 1, b.rank == 1
+	if aVec {
+		ad = append([]sdim{cdim(1)}, ad...)
+	}
+	if bVec {
+		bd = append(append([]sdim{}, bd...), cdim(1))
+	}
+	kA, kB := ad[len(ad)-1], bd[len(bd)-2]
+	if r.isD(kA) || r.isD(kB) {
+		// Contracting over the padded axis is exact only when one side is
+		// exactly zero at padded positions (masked attention weights) and
+		// the other is not mask-derived (so finite there).
+		okA := a.zero[a.rank-1] && !b.mask
+		okB := !bVec && b.zero[b.rank-2] && !a.mask
+		if !(r.isD(kA) && r.isD(kB) && (okA || okB)) {
+			return fail("contracts over it")
+		}
+	}
+	batchA := &pval{rank: len(ad) - 2, dims: ad[:len(ad)-2]}
+	batchB := &pval{rank: len(bd) - 2, dims: bd[:len(bd)-2]}
+	bdims, why := r.broadcast([]*pval{batchA, batchB})
+	if why != "" {
+		return fail("%s", why)
+	}
+	dims := append([]sdim{}, bdims...)
+	if !aVec {
+		dims = append(dims, ad[len(ad)-2])
+	}
+	if !bVec {
+		dims = append(dims, bd[len(bd)-1])
+	}
+	return []*pval{{rank: len(dims), dims: dims, mask: a.mask || b.mask}}
+}
+
+// padGemm: rows keep positions apart; contracting over the padded axis is
+// refused.
+func padGemm(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	a, b, c := ins[0], padIn(ins, 1), padIn(ins, 2)
+	if a.rank != 2 || b == nil || b.rank != 2 {
+		return fail("has operands of a rank the analysis does not know")
+	}
+	ta, tb := attrI(attrs, "transA", 0) != 0, attrI(attrs, "transB", 0) != 0
+	mDim, kA := a.dims[0], a.dims[1]
+	if ta {
+		mDim, kA = kA, mDim
+	}
+	kB, nDim := b.dims[0], b.dims[1]
+	if tb {
+		kB, nDim = nDim, kB
+	}
+	if r.isD(kA) || r.isD(kB) {
+		return fail("contracts over it")
+	}
+	out := &pval{rank: 2, dims: []sdim{mDim, nDim}}
+	if c != nil {
+		if _, why := r.broadcast([]*pval{out, c}); why != "" {
+			return fail("%s", why)
+		}
+	}
+	return []*pval{out}
 }

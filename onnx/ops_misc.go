@@ -14,9 +14,15 @@ import (
 
 func init() {
 	register("Constant", 1, convConstant).withHost(convConstant)
+	registerPadRule("Constant", padConstantRule).withoutInputs()
 	register("Cast", 6, convCast).withHost(hostCast)
-	register("CastLike", 15, convCastLike).withHost(hostCastLike)
+	// CastLike reads only target_type's dtype: ONNX puts no constraint on
+	// its shape, and the ONNX 1.23 test cases give an empty one
+	// (https://onnx.ai/onnx/operators/onnx__CastLike.html).
+	register("CastLike", 15, convCastLike).withHost(hostCastLike).onlyTypeOf(1)
+	registerPadRules(padCast, "Cast", "CastLike")
 	register("ConstantOfShape", 9, convConstantOfShape).withHost(convConstantOfShape).needs(0)
+	registerPadRule("ConstantOfShape", padConstantOfShape).takesSize(0)
 	register("Range", 11, nil).withHost(hostRange).needsAll()
 	// 27 adds stash_type: float16/bfloat16 ranges computed in float (1, the
 	// default, what hostRange does in float64 and rounds once) or in their
@@ -27,11 +33,16 @@ func init() {
 		}
 		return hostRange(c)
 	}).needsAll()
+	registerPadRule("Range", padRange).takesSize(1)
 	register("Dropout", 1, convDropout).withHost(convDropout)
 	register("Dropout", 12, convDropout).withHost(convDropout).needs(1, 2)
+	registerPadRule("Dropout", padIdentity)
 	register("EyeLike", 9, convEyeLike).onlyShapes()
 	register("OneHot", 9, convOneHot).needs(1)
 	register("Trilu", 14, convTrilu).needs(1)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("EyeLike", "OneHot", "Trilu")
 }
 
 func convConstant(c *opCtx) error {
@@ -455,6 +466,9 @@ func init() {
 	// Hamming coefficients 25/46 and 21/46 as the ONNX specification gives them.
 	register("HammingWindow", 17, nil).withHost(hostWindow([]float64{25.0 / 46, -21.0 / 46})).needsAll()
 	register("BlackmanWindow", 17, nil).withHost(hostWindow([]float64{0.42, -0.5, 0.08})).needsAll()
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("BlackmanWindow", "HammingWindow", "HannWindow")
 }
 
 // hostWindow builds a generalised cosine window sum_k a_k·cos(2πkn/N'),
@@ -491,4 +505,97 @@ func hostWindow(coef []float64) converterFunc {
 		c.setHost(0, h)
 		return nil
 	}
+}
+
+// padConstantRule: a Constant holds no padded dimension; its value is known
+// (Reshape targets, Range limits and masks are read from it).
+func padConstantRule(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	if a := attrs["value"]; a != nil && a.T != nil {
+		h, err := r.m.tensorToHost(a.T, "")
+		if err == nil {
+			if t, err := h.toIR(); err == nil {
+				return []*pval{constVal(t, h.dt)}
+			}
+		}
+	}
+	for _, k := range []string{"value_int", "value_float"} {
+		if a := attrs[k]; a != nil {
+			v := &pval{rank: 0, fc: []float64{float64(a.F)}}
+			if k == "value_int" {
+				v.fc = []float64{float64(a.I)}
+				v.elems = []sdim{cdim(a.I)}
+			}
+			return []*pval{v}
+		}
+	}
+	if a := attrs["value_ints"]; a != nil {
+		v := &pval{rank: 1, dims: []sdim{cdim(int64(len(a.Ints)))}}
+		for _, x := range a.Ints {
+			v.fc = append(v.fc, float64(x))
+			v.elems = append(v.elems, cdim(x))
+		}
+		return []*pval{v}
+	}
+	return []*pval{{rank: -1}}
+}
+
+// padCast is the rule of Cast and CastLike: positions stay apart; a
+// constant fill at padded positions goes through the conversion (to bool,
+// truncated to an integer type). CastLike forgets the values it knows.
+func padCast(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	x := ins[0]
+	out := x.clone()
+	to := attrI(attrs, "to", 0)
+	if n.OpType == "CastLike" {
+		out.fc, out.padc = nil, nil
+	}
+	if to == int64(onnxpb.Bool) {
+		out.padc = mapPadc(x.padc, func(f float64) float64 { return b2f(f != 0) })
+		if x.fc != nil {
+			out.fc = mapF(x.fc, func(f float64) float64 { return b2f(f != 0) })
+		}
+	} else if dt, err := dtypeFromONNX(onnxpb.DataType(to)); err == nil && !isFloatDT(dt) {
+		out.padc = mapPadc(x.padc, math.Trunc)
+		if x.fc != nil {
+			out.fc = mapF(x.fc, math.Trunc)
+		}
+	}
+	return []*pval{out}
+}
+
+// padConstantOfShape: the output carries the padded dimension where the
+// shape it is given holds it; a shape computed from it is refused.
+func padConstantOfShape(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	x := ins[0]
+	if x.elems == nil {
+		return fail("takes a shape the analysis does not know")
+	}
+	dims, ok := r.shapeDims(x.elems)
+	if !ok {
+		return fail("takes a shape computed from its size")
+	}
+	return []*pval{{rank: len(dims), dims: dims}}
+}
+
+// padRange: Range(0, D, 1) is the positions along the padded dimension
+// (its padded run counts on past the real size, a row per position); any
+// other start or step to D, or a limit computed from D, is refused.
+func padRange(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	start, limit, delta := padIn(ins, 0), padIn(ins, 1), padIn(ins, 2)
+	if r.sizeDep(start) || r.sizeDep(delta) {
+		return fail("starts or steps by a value computed from its size")
+	}
+	if limit != nil && len(limit.elems) == 1 {
+		e := limit.elems[0]
+		if e.k == sSym && e.s == r.dim {
+			if start != nil && start.fc != nil && delta != nil && len(delta.fc) == 1 && delta.fc[0] == 1 && len(start.fc) == 1 && start.fc[0] == 0 {
+				return []*pval{{rank: 1, dims: []sdim{symd(r.dim)}}}
+			}
+			return fail("counts to its size from a start or step other than 0 and 1")
+		}
+		if r.isD(e) {
+			return fail("counts to a value computed from its size")
+		}
+	}
+	return []*pval{{rank: 1, dims: []sdim{rangeDim(start, limit, delta)}}}
 }

@@ -44,6 +44,9 @@ func init() {
 	registerML("Binarizer", 1, hostBinarizer)
 	registerML("ArrayFeatureExtractor", 1, hostArrayFeatureExtractor)
 	register("TfIdfVectorizer", 9, hostOnly).withHost(hostTfIdf).needsAll()
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("TfIdfVectorizer")
 }
 
 // mlOpset is the ai.onnx.ml version the model imports (1 when it imports

@@ -103,11 +103,21 @@ func init() {
 		return nil
 	})
 
+	// Padding: positions stay apart (PRelu's slope broadcasts like a
+	// binary operand).
+	registerPadRules(padUnary, "Relu", "LeakyRelu", "Elu", "Celu", "Selu", "ThresholdedRelu",
+		"HardSigmoid", "HardSwish", "Softplus", "Softsign", "Mish", "Gelu", "Shrink")
+	registerPadRule("PRelu", padElementwise)
+
 	// Softmax family: before opset 13 the input is flattened to 2-D at axis
 	// (default 1); since 13 the op works along one axis (default -1).
 	for _, op := range []string{"Softmax", "LogSoftmax", "Hardmax"} {
 		register(op, 1, softmaxConv(op, false))
 		register(op, 13, softmaxConv(op, true))
+		d := registerPadRule(op, padSoftmax)
+		if op == "Softmax" {
+			d.boundedOutputs() // in [0, 1]
+		}
 	}
 
 	register("Conv", 1, convConv)
@@ -120,11 +130,17 @@ func init() {
 	register("GlobalLpPool", 2, convGlobalPool("lp"))
 	register("BatchNormalization", 1, convBatchNorm)
 	register("InstanceNormalization", 1, convInstanceNorm)
+	registerPadRules(padSpatial, "Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool",
+		"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "BatchNormalization", "InstanceNormalization")
 	register("LayerNormalization", 17, convLayerNorm)
 	registerPadRule("LayerNormalization", padLayerNorm)
 	register("GroupNormalization", 18, convGroupNorm)
 	register("LRN", 1, convLRN)
+	registerPadRules(padSpatial, "GroupNormalization", "LRN")
 	register("MeanVarianceNormalization", 9, convMVN)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("MeanVarianceNormalization")
 }
 
 // softplus is log(1 + exp(x)), computed stably as max(x, 0) + log1p(exp(-|x|)).
@@ -607,7 +623,7 @@ func convInstanceNorm(c *opCtx) error {
 // normalises over the axes from axis on, so padding is exact only along
 // an earlier axis, with scale and bias not carrying the padded dimension.
 // Its mean and inverse-deviation outputs keep the earlier axes.
-func padLayerNorm(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, fail func(string, ...any) []*pval) []*pval {
+func padLayerNorm(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, _ bool, fail func(string, ...any) []*pval) []*pval {
 	x := ins[0]
 	if x.rank < 0 {
 		return fail("has a rank the analysis does not know")
@@ -741,6 +757,9 @@ func floorDiv(a, b int) int {
 
 func init() {
 	register("MaxUnpool", 9, convMaxUnpool).needs(2)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("MaxUnpool")
 }
 
 // convMaxUnpool scatters X's values to the flat positions I gives (as

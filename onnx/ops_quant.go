@@ -39,8 +39,14 @@ func init() {
 	register("DynamicQuantizeLinear", 11, convDynamicQuantizeLinear)
 	register("MatMulInteger", 10, convMatMulInteger)
 	register("ConvInteger", 10, convConvInteger)
+	registerPadRule("ConvInteger", padSpatial)
 	register("QLinearMatMul", 10, convQLinearMatMul)
 	register("QLinearConv", 10, convQLinearConv)
+	registerPadRule("QLinearConv", padSpatial)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
+		"QLinearMatMul", "QuantizeLinear")
 }
 
 // quantRange returns the saturation bounds of an integer quantized dtype.

@@ -17,6 +17,9 @@ import (
 func init() {
 	register("CausalConvWithState", 27, convCausalConvWithState)
 	register("LinearAttention", 27, convLinearAttention)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("CausalConvWithState", "LinearAttention")
 }
 
 // convCausalConvWithState is a depthwise causal 1-D convolution: input

@@ -43,6 +43,7 @@ func init() {
 		conv := reduceConv(r.fn)
 		d1 := register(r.name, 1, conv)
 		d2 := register(r.name, inputSince, conv).needs(1)
+		registerPadRule(r.name, padReduce)
 		if r.host != nil {
 			h := hostReduce(r.host, r.init)
 			d1.withHost(h)
@@ -51,6 +52,7 @@ func init() {
 	}
 	register("ArgMax", 1, convArgMinMax(true))
 	register("ArgMin", 1, convArgMinMax(false))
+	registerPadRules(padReduce, "ArgMax", "ArgMin")
 }
 
 // reduceAxes resolves a Reduce*'s axes for input rank r: nil means "no

@@ -51,6 +51,9 @@ func init() {
 	for _, v := range []int{11, 13, 18, 19} {
 		register("Resize", v, convResize).needs(1, 2, 3)
 	}
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("Resize", "Upsample")
 }
 
 // resizeParams are the interpolation settings of one Resize node.

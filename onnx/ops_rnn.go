@@ -35,6 +35,9 @@ func init() {
 		register(k.op(), 1, rnnConv(k, false))
 		register(k.op(), 14, rnnConv(k, true))
 	}
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("GRU", "LSTM", "RNN")
 }
 
 // rnnKind says which recurrent cell an op computes.

@@ -37,6 +37,9 @@ func init() {
 	register("RoiAlign", 10, convRoiAlign)
 	register("RoiAlign", 16, convRoiAlign)
 	register("RoiAlign", 22, convRoiAlign)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("RoiAlign")
 }
 
 // roiAlignAxis computes one axis' sample taps: for starts s and bin sizes

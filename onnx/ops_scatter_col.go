@@ -15,6 +15,9 @@ import (
 func init() {
 	register("TensorScatter", 24, convTensorScatter)
 	register("Col2Im", 18, convCol2Im).needs(1, 2)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("Col2Im", "TensorScatter")
 }
 
 // int64Const is a constant Int64 node of the given values and dims.

@@ -19,6 +19,10 @@ func init() {
 	register("SequenceLength", 11, convSequenceLength)
 	register("SplitToSequence", 11, convSplitToSequence).needs(1)
 	register("ConcatFromSequence", 11, convConcatFromSequence)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("ConcatFromSequence", "SequenceAt", "SequenceConstruct",
+		"SequenceEmpty", "SequenceErase", "SequenceInsert", "SequenceLength", "SplitToSequence")
 }
 
 // seqIn returns input k, which must be a sequence.

@@ -9,6 +9,9 @@ package onnx
 
 func init() {
 	register("SequenceMap", 17, convSequenceMap)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("SequenceMap")
 }
 
 func convSequenceMap(c *opCtx) error {

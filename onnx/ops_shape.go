@@ -5,6 +5,7 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/tensorbridge/tensorbridge/ir"
+	"github.com/tensorbridge/tensorbridge/onnx/onnxpb"
 )
 
 // Shape and data-movement ops: Shape, Size, Reshape, Flatten, Squeeze,
@@ -14,28 +15,45 @@ import (
 
 func init() {
 	register("Shape", 1, convShape).withHost(convShape).onlyShapes()
+	registerPadRule("Shape", padShape).readsShapes()
 	register("Size", 1, convSize).withHost(convSize).onlyShapes()
+	registerPadRule("Size", padSize).readsShapes()
 	register("Identity", 1, convIdentity).withHost(convIdentity)
+	registerPadRule("Identity", padIdentity)
 	registerReshape("Reshape", 5, reshapeTarget).needs(1)
+	registerPadRule("Reshape", padReshape).takesSize(1)
 	registerReshape("Flatten", 1, flattenDims)
+	registerPadRule("Flatten", padFlatten)
 	registerReshape("Squeeze", 1, squeezeDims)
 	registerReshape("Squeeze", 13, squeezeDims).needs(1)
+	registerPadRule("Squeeze", padSqueeze)
 	registerReshape("Unsqueeze", 1, unsqueezeDims)
 	registerReshape("Unsqueeze", 13, unsqueezeDims).needs(1)
+	registerPadRule("Unsqueeze", padUnsqueeze)
 	register("Concat", 4, convConcat).withHost(hostConcatOp)
+	registerPadRule("Concat", padConcat)
 	register("Split", 2, convSplit).withHost(hostSplit)
 	register("Split", 13, convSplit).withHost(hostSplit).needs(1)
+	registerPadRule("Split", padSplit)
 	register("Slice", 1, convSlice).withHost(hostSlice)
 	register("Slice", 10, convSlice).withHost(hostSlice).needs(1, 2, 3, 4)
+	registerPadRule("Slice", padSlice)
 	register("Gather", 1, convGather).withHost(hostGather)
+	registerPadRule("Gather", padGather).takesSize(1)
 	register("Expand", 8, convExpand).withHost(hostExpand).needs(1)
+	registerPadRule("Expand", padExpand).takesSize(1)
 	register("Tile", 6, convTile).withHost(hostTile).needs(1)
 	register("Transpose", 1, convTranspose).withHost(hostTranspose)
+	registerPadRule("Transpose", padTranspose)
 	register("Pad", 2, convPad).withHost(hostPad)
 	register("Pad", 11, convPad).withHost(hostPad).needs(1, 3)
 	register("DepthToSpace", 1, convDepthToSpace)
 	register("SpaceToDepth", 1, convSpaceToDepth)
 	register("SpaceToDepth", 28, convSpaceToDepth) // adds mode (DCR, CRD)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("DepthToSpace", "Pad", "SpaceToDepth")
+	registerPadRule("Tile", padUnanalysed).withoutInputs().takesSize(1) // not analysed; repeats are not data
 }
 
 // shapeHost is the Shape op's result for dims, honouring opset-15 start/end.
@@ -896,6 +914,9 @@ func convSpaceToDepth(c *opCtx) error {
 
 func init() {
 	register("ReverseSequence", 10, convReverseSequence)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("ReverseSequence")
 }
 
 // convReverseSequence reverses the first seq_lens[b] elements along the
@@ -940,4 +961,537 @@ func convReverseSequence(c *opCtx) error {
 	}
 	c.set(0, graph.TransposeAllAxes(y, inv...))
 	return nil
+}
+
+// padIdentity is the rule of Identity and Dropout (inference: the input
+// unchanged, and a mask of its shape as Dropout's second output).
+func padIdentity(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	x := ins[0]
+	out := x.clone()
+	outs := []*pval{out}
+	if len(n.Output) > 1 {
+		outs = append(outs, &pval{rank: x.rank, dims: x.dims})
+	}
+	return outs
+}
+
+// padShape: the shape's elements are the input's sizes, the padded
+// dimension among them as a symbolic size the analysis follows through
+// shape arithmetic.
+func padShape(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	x := ins[0]
+	if x.rank < 0 {
+		if anyInv {
+			return fail("reads the shape of a value whose rank the analysis does not know")
+		}
+		return []*pval{{rank: 1, dims: []sdim{{}}}}
+	}
+	start, end := attrI(attrs, "start", 0), attrI(attrs, "end", int64(x.rank))
+	s, _ := clampAxis(start, x.rank)
+	e, _ := clampAxis(end, x.rank)
+	out := &pval{rank: 1}
+	if e < s {
+		e = s
+	}
+	out.elems = r.mergedElems(append([]sdim{}, x.dims[s:e]...))
+	out.dims = []sdim{cdim(int64(e - s))}
+	return []*pval{out}
+}
+
+// padSize: the element count, computed from the padded size when the
+// input carries it.
+func padSize(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	out := &pval{rank: 0, elems: []sdim{{}}}
+	if anyInv {
+		out.elems = []sdim{{k: sTaint}}
+	}
+	return []*pval{out}
+}
+
+// padUnsqueeze: inserted axes of size 1 move the padded axis, which keeps
+// its facts.
+func padUnsqueeze(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	x := ins[0]
+	axes, ok := attrIs(attrs, "axes")
+	if !ok {
+		axes, ok = r.constInts(n, 1)
+	}
+	if !ok || x.rank < 0 {
+		return fail("has axes or a rank the analysis does not know")
+	}
+	rank := x.rank + len(axes)
+	added := map[int]bool{}
+	for _, a := range axes {
+		k, ok := normAxis(a, rank)
+		if !ok {
+			return fail("has an axis out of range")
+		}
+		added[k] = true
+	}
+	out := &pval{rank: rank, elems: x.elems, fc: x.fc, mask: x.mask, orig: x.orig, idiom: x.idiom}
+	src := 0
+	remap := map[int]int{}
+	for i := 0; i < rank; i++ {
+		if added[i] {
+			out.dims = append(out.dims, cdim(1))
+			continue
+		}
+		out.dims = append(out.dims, x.dims[src])
+		remap[src] = i
+		src++
+	}
+	out.padc, out.neg, out.zero = remapFacts(x, remap)
+	return []*pval{out}
+}
+
+// padSqueeze: removing axes of size 1 moves the padded axis; squeezing
+// the padded axis itself (size 1 only in an exact run) is refused.
+func padSqueeze(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	x := ins[0]
+	axes, ok := attrIs(attrs, "axes")
+	if !ok && len(n.Input) > 1 && n.Input[1] != "" {
+		axes, ok = r.constInts(n, 1)
+		if !ok {
+			return fail("has axes the analysis does not know")
+		}
+	}
+	if x.rank < 0 {
+		return fail("has a rank the analysis does not know")
+	}
+	drop := map[int]bool{}
+	if axes == nil {
+		for i, d := range x.dims {
+			if d.k != sConst {
+				if anyInv {
+					return fail("squeezes without axes a dimension of unknown size")
+				}
+				return []*pval{{rank: -1}}
+			}
+			if d.c == 1 {
+				drop[i] = true
+			}
+		}
+	}
+	for _, a := range axes {
+		k, ok := normAxis(a, x.rank)
+		if !ok {
+			return fail("has an axis out of range")
+		}
+		if r.isD(x.dims[k]) {
+			return fail("squeezes it")
+		}
+		drop[k] = true
+	}
+	out := &pval{elems: x.elems, fc: x.fc, mask: x.mask, orig: x.orig, idiom: x.idiom}
+	remap := map[int]int{}
+	for i, d := range x.dims {
+		if drop[i] {
+			continue
+		}
+		remap[i] = len(out.dims)
+		out.dims = append(out.dims, d)
+	}
+	out.rank = len(out.dims)
+	out.padc, out.neg, out.zero = remapFacts(x, remap)
+	return []*pval{out}
+}
+
+// padTranspose: a permutation moves the padded axis, which keeps its
+// facts.
+func padTranspose(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	x := ins[0]
+	if x.rank < 0 {
+		return fail("has a rank the analysis does not know")
+	}
+	perm, ok := attrIs(attrs, "perm")
+	if !ok {
+		for i := x.rank - 1; i >= 0; i-- {
+			perm = append(perm, int64(i))
+		}
+	}
+	if len(perm) != x.rank {
+		return fail("has a permutation of the wrong length")
+	}
+	out := &pval{rank: x.rank, mask: x.mask, orig: x.orig, idiom: x.idiom}
+	remap := map[int]int{}
+	for i, p := range perm {
+		if p < 0 || int(p) >= x.rank {
+			return fail("has a permutation out of range")
+		}
+		out.dims = append(out.dims, x.dims[p])
+		remap[int(p)] = i
+	}
+	out.padc, out.neg, out.zero = remapFacts(x, remap)
+	return []*pval{out}
+}
+
+// padReshape: the padded axis survives a reshape when the sizes before it
+// are the same before and after (a real position's flat index then maps
+// to the same real position); merged with other axes it is followed as a
+// merged size (padmerge.go).
+func padReshape(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	x, t := ins[0], padIn(ins, 1)
+	if t == nil || t.elems == nil {
+		return fail("takes a target shape the analysis does not know")
+	}
+	allowZero := attrI(attrs, "allowzero", 0) != 0
+	if outs := r.mergeReshape(x, t, allowZero, fail); outs != nil {
+		return outs
+	}
+	// Later sizes are known when a -1 before them is resolved.
+	target := append([]sdim(nil), t.elems...)
+	for i, e := range t.elems {
+		target[i] = e
+		if e.k == sConst && e.c == 0 && !allowZero {
+			if x.rank < 0 || i >= x.rank {
+				return fail("copies a dimension the analysis does not know")
+			}
+			target[i] = x.dims[i]
+		}
+		if e.k == sConst && e.c == -1 {
+			target[i] = sdim{}
+			if x.rank >= 0 {
+				// -1 is the remaining size: known when every other size is.
+				if d, ok := r.remaining(x.dims, target, i); ok {
+					target[i] = d
+				}
+			}
+		}
+		if target[i].k == sTaint || target[i].k == sProd {
+			return fail("reshapes to a size computed from it")
+		}
+	}
+	xAxes := []int{}
+	if x.rank >= 0 {
+		xAxes = x.dAxes(r.dim)
+	} else if anyInv {
+		return fail("has an input of unknown rank")
+	}
+	var tAxes []int
+	for i, d := range target {
+		if d.k == sSym && d.s == r.dim {
+			tAxes = append(tAxes, i)
+		}
+	}
+	if len(xAxes) == 0 && len(tAxes) == 0 {
+		out := &pval{rank: len(target), dims: target, mask: x.mask}
+		if x.rank <= 1 && len(target) <= 1 {
+			out.elems, out.fc = x.elems, x.fc
+		}
+		return []*pval{out}
+	}
+	if len(xAxes) != len(tAxes) {
+		return fail("merges it with other axes")
+	}
+	// Each padded axis keeps its place if the axes before it hold the same
+	// sizes before and after: then the flat index of a real position maps
+	// to the same (real) position.
+	for k := range xAxes {
+		if !sameProduct(x.dims[:xAxes[k]], target[:tAxes[k]]) {
+			return fail("moves it across other axes (the sizes before it differ)")
+		}
+	}
+	out := &pval{rank: len(target), dims: target, mask: x.mask, orig: x.orig, idiom: x.idiom}
+	remap := map[int]int{}
+	for k := range xAxes {
+		remap[xAxes[k]] = tAxes[k]
+	}
+	out.padc, out.neg, out.zero = remapFacts(x, remap)
+	return []*pval{out}
+}
+
+// padFlatten: the padded axis survives flattening only merged with axes
+// of size 1.
+func padFlatten(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	x := ins[0]
+	if x.rank < 0 {
+		return fail("has a rank the analysis does not know")
+	}
+	a, ok := clampAxis(attrI(attrs, "axis", 1), x.rank)
+	if !ok {
+		return fail("has an axis out of range")
+	}
+	outer, ok1 := r.merge(x.dims[:a])
+	inner, ok2 := r.merge(x.dims[a:])
+	if !ok1 || !ok2 {
+		return fail("merges it with other axes")
+	}
+	return []*pval{{rank: 2, dims: []sdim{outer, inner}, mask: x.mask}}
+}
+
+// padConcat: joining along another axis keeps positions apart; along the
+// padded axis padded rows would land between real ones, refused.
+func padConcat(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	rank := -1
+	for _, v := range ins {
+		if v == nil {
+			continue
+		}
+		if v.rank < 0 {
+			return fail("has an input of unknown rank")
+		}
+		rank = v.rank
+	}
+	if rank < 0 {
+		return fail("has no inputs")
+	}
+	a, ok := normAxis(attrI(attrs, "axis", 0), rank)
+	if !ok {
+		return fail("has an axis out of range")
+	}
+	out := &pval{rank: rank, dims: make([]sdim, rank)}
+	var elems []sdim
+	trackElems := rank == 1
+	sum, known := int64(0), true
+	for k, v := range ins {
+		if v == nil {
+			continue
+		}
+		if v.rank != rank {
+			return fail("joins inputs of different ranks")
+		}
+		if r.isD(v.dims[a]) {
+			return fail("concatenates along it")
+		}
+		if v.dims[a].k == sConst {
+			sum += v.dims[a].c
+		} else {
+			known = false
+		}
+		for i, d := range v.dims {
+			if i == a {
+				continue
+			}
+			if k == 0 {
+				out.dims[i] = d
+			} else if r.isD(d) != r.isD(out.dims[i]) || d.k == sMerge && d != out.dims[i] {
+				return fail("joins inputs that do not all carry it on the same axes")
+			}
+		}
+		if v.mask {
+			out.mask = true
+		}
+		if v.elems == nil {
+			trackElems = false
+		}
+		elems = append(elems, v.elems...)
+	}
+	out.dims[a] = sdim{}
+	if known {
+		out.dims[a] = cdim(sum)
+	}
+	if trackElems {
+		out.elems = elems
+		allC := true
+		var fc []float64
+		for _, e := range elems {
+			if e.k != sConst {
+				allC = false
+			}
+			fc = append(fc, float64(e.c))
+		}
+		if allC {
+			out.fc = fc
+		}
+	} else {
+		for _, v := range ins {
+			if r.sizeDep(v) {
+				return fail("concatenates a value computed from its size")
+			}
+		}
+	}
+	return []*pval{out}
+}
+
+// padSplit: splitting along another axis keeps positions apart; along
+// the padded axis, refused.
+func padSplit(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	x := ins[0]
+	if x.rank < 0 {
+		return fail("has a rank the analysis does not know")
+	}
+	a, ok := normAxis(attrI(attrs, "axis", 0), x.rank)
+	if !ok {
+		return fail("has an axis out of range")
+	}
+	if r.isD(x.dims[a]) {
+		return fail("splits along it")
+	}
+	var outs []*pval
+	for range n.Output {
+		o := &pval{rank: x.rank, dims: append([]sdim{}, x.dims...), mask: x.mask}
+		o.dims[a] = sdim{}
+		outs = append(outs, o)
+	}
+	return outs
+}
+
+// padSlice: slicing other axes keeps positions apart; slicing the padded
+// axis is refused. Slices of shape vectors are followed element by
+// element.
+func padSlice(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	x := ins[0]
+	if x.rank < 0 {
+		return fail("has an input of unknown rank")
+	}
+	var starts, ends, axes []int64
+	var haveSE, haveAxes bool
+	if s, ok := attrIs(attrs, "starts"); ok {
+		starts, haveSE = s, true
+		ends, _ = attrIs(attrs, "ends")
+		axes, haveAxes = attrIs(attrs, "axes")
+	} else {
+		var ok1, ok2 bool
+		starts, ok1 = r.constInts(n, 1)
+		ends, ok2 = r.constInts(n, 2)
+		haveSE = ok1 && ok2
+		if len(n.Input) > 3 && n.Input[3] != "" {
+			axes, haveAxes = r.constInts(n, 3)
+			if !haveAxes {
+				return fail("slices axes the analysis does not know")
+			}
+		}
+		if len(n.Input) > 4 && n.Input[4] != "" {
+			if _, ok := r.constInts(n, 4); !ok {
+				return fail("slices with steps the analysis does not know")
+			}
+		}
+		for i := 1; i < len(n.Input) && i < 3; i++ {
+			if v := r.vals[n.Input[i]]; r.sizeDep(v) {
+				return fail("slices at positions computed from its size")
+			}
+		}
+	}
+	if !haveAxes {
+		if !haveSE {
+			// Unknown bounds: any axis may be sliced.
+			for i := 0; i < x.rank; i++ {
+				axes = append(axes, int64(i))
+			}
+		} else {
+			for i := range starts {
+				axes = append(axes, int64(i))
+			}
+		}
+	}
+	out := &pval{rank: x.rank, dims: append([]sdim{}, x.dims...), mask: x.mask}
+	steps, _ := r.constInts(n, 4)
+	for k, a64 := range axes {
+		a, ok := normAxis(a64, x.rank)
+		if !ok {
+			return fail("has an axis out of range")
+		}
+		if r.isD(x.dims[a]) {
+			return fail("slices along it")
+		}
+		out.dims[a] = slicedDim(x.dims[a], starts, ends, steps, k, haveSE)
+		if out.dims[a].k == sOpaque {
+			out.dims[a] = r.slicedToSym(n, k)
+		}
+	}
+	if x.rank == 1 && x.elems != nil && haveSE && len(starts) == 1 && len(ends) == 1 {
+		l := int64(len(x.elems))
+		s, e := starts[0], ends[0]
+		if s < 0 {
+			s += l
+		}
+		if e < 0 {
+			e += l
+		}
+		s, e = max(0, min(s, l)), max(0, min(e, l))
+		if e >= s {
+			out.elems = append([]sdim{}, x.elems[s:e]...)
+			out.dims = []sdim{cdim(e - s)}
+			if x.fc != nil {
+				out.fc = x.fc[s:e]
+			}
+		}
+	} else if r.sizeDep(x) {
+		return fail("slices a value computed from its size")
+	}
+	return []*pval{out}
+}
+
+// padGather: gathering along another axis keeps the padded axis; along the
+// padded axis only at position 0 (certainly real). Gathers from shape
+// vectors are followed element by element.
+func padGather(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	x, idx := ins[0], padIn(ins, 1)
+	if x.rank < 0 || idx == nil || idx.rank < 0 {
+		return fail("has an input of unknown rank")
+	}
+	a, ok := normAxis(attrI(attrs, "axis", 0), x.rank)
+	if !ok {
+		return fail("has an axis out of range")
+	}
+	if r.sizeDep(idx) {
+		return fail("gathers at positions computed from its size")
+	}
+	if r.isD(x.dims[a]) {
+		// Only position 0 is certainly real (when the axis is not empty);
+		// any other constant index may be past the real size.
+		if idx.fc == nil {
+			return fail("gathers along it at positions the analysis does not know")
+		}
+		for _, f := range idx.fc {
+			if f != 0 {
+				return fail("gathers along it at position %v, which may be padding", f)
+			}
+		}
+	}
+	out := &pval{rank: x.rank - 1 + idx.rank, mask: x.mask}
+	out.dims = append(out.dims, x.dims[:a]...)
+	out.dims = append(out.dims, idx.dims...)
+	out.dims = append(out.dims, x.dims[a+1:]...)
+	if x.rank == 1 && x.elems != nil && idx.fc != nil {
+		for _, f := range idx.fc {
+			k := int(f)
+			if k < 0 {
+				k += len(x.elems)
+			}
+			if k < 0 || k >= len(x.elems) {
+				out.elems = nil
+				break
+			}
+			out.elems = append(out.elems, x.elems[k])
+		}
+		if out.elems != nil && x.fc != nil {
+			for _, e := range out.elems {
+				out.fc = append(out.fc, float64(e.c))
+			}
+		}
+	} else if r.sizeDep(x) {
+		return fail("gathers from a value computed from its size")
+	}
+	return []*pval{out}
+}
+
+// padExpand: broadcasting to a shape keeps the padded axis unless it is
+// broadcast against another size.
+func padExpand(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	x := ins[0]
+	s := padIn(ins, 1)
+	if s == nil || s.elems == nil || x.rank < 0 {
+		return fail("takes a shape the analysis does not know")
+	}
+	tdims, ok := r.shapeDims(s.elems)
+	if !ok {
+		return fail("takes a shape computed from its size")
+	}
+	t := &pval{rank: len(tdims), dims: tdims}
+	dims, why := r.broadcast([]*pval{x, t})
+	if why != "" {
+		return fail("%s", why)
+	}
+	out := &pval{rank: len(dims), dims: dims, mask: x.mask}
+	off := len(dims) - x.rank
+	remap := map[int]int{}
+	for i := 0; i < x.rank; i++ {
+		if x.dims[i] == dims[i+off] {
+			remap[i] = i + off
+		}
+	}
+	out.padc, out.neg, out.zero = remapFacts(x, remap)
+	out.orig, out.idiom = x.orig, x.idiom
+	return []*pval{out}
 }

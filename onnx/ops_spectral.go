@@ -24,6 +24,9 @@ func init() {
 	register("DFT", 20, convDFT(20)).needs(1, 2)
 	register("STFT", 17, convSTFT).needs(1, 3)
 	register("MelWeightMatrix", 17, nil).withHost(hostMelWeightMatrix).needsAll()
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("DFT", "MelWeightMatrix", "STFT")
 }
 
 // dftKind is the transform a DFT node asks for.

@@ -34,6 +34,9 @@ func init() {
 			}
 		}
 	}
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("RegexFullMatch", "StringConcat", "StringNormalizer", "StringSplit")
 }
 
 // hostOnly is the graph converter of ops computed only on the host: it is

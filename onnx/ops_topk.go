@@ -36,6 +36,9 @@ func init() {
 	register("TopK", 10, convTopK).needs(1)
 	registerPadRule("TopK", padTopK)
 	register("NonMaxSuppression", 10, nil).withHost(hostNonMaxSuppression).needsAll()
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("NonMaxSuppression")
 }
 
 // topKRankLimit bounds the comparison tensor of the rank lowering.
@@ -44,7 +47,7 @@ const topKRankLimit = 1 << 22
 // padTopK is TopK's padding rule (padsafe.go): it sorts along one axis, so
 // padding is exact only along another; k must not be computed from the
 // padded size. Both outputs have an unknown size along the sorted axis.
-func padTopK(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, fail func(string, ...any) []*pval) []*pval {
+func padTopK(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, _ bool, fail func(string, ...any) []*pval) []*pval {
 	x := ins[0]
 	if x.rank < 0 {
 		return fail("has a rank the analysis does not know")

@@ -23,6 +23,10 @@ func init() {
 	register("Swish", 24, convSwish)
 	register("SwiGLU", 28, convSwiGLU)
 	register("LpNormalization", 1, convLpNormalization)
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("Attention", "LpNormalization", "RMSNormalization", "RotaryEmbedding",
+		"SwiGLU", "Swish")
 }
 
 // convLpNormalization is x / ||x||_p along axis (p 1 or 2), zero where the

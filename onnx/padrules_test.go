@@ -9,71 +9,60 @@ import (
 	"testing"
 )
 
-// padSwitchOps returns the op types (*padRun).rule's switch in padsafe.go
-// handles, read from the source.
-func padSwitchOps(t *testing.T) map[string]bool {
+// padsafeOpNames returns the op names (registered op types) written as
+// string literals in padsafe.go's dispatch, (*padRun).rule and
+// (*padRun).node: a switch on the op type, a comparison with it, a table
+// keyed by it. There must be none: every op's rule, and what node's
+// guards need to know of it, is registered beside its converter.
+func padsafeOpNames(t *testing.T) []string {
 	t.Helper()
 	f, err := parser.ParseFile(token.NewFileSet(), "padsafe.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops := map[string]bool{}
+	var names []string
+	found := 0
 	for _, d := range f.Decls {
 		fn, ok := d.(*ast.FuncDecl)
-		if !ok || fn.Name.Name != "rule" || fn.Recv == nil {
+		if !ok || fn.Recv == nil || fn.Name.Name != "rule" && fn.Name.Name != "node" {
 			continue
 		}
+		found++
 		ast.Inspect(fn.Body, func(n ast.Node) bool {
-			sw, ok := n.(*ast.SwitchStmt)
-			if !ok {
-				return true
-			}
-			if id, ok := sw.Tag.(*ast.Ident); !ok || id.Name != "op" {
-				return true
-			}
-			for _, st := range sw.Body.List {
-				for _, e := range st.(*ast.CaseClause).List {
-					if lit, ok := e.(*ast.BasicLit); ok && lit.Kind == token.STRING {
-						s, _ := strconv.Unquote(lit.Value)
-						ops[s] = true
-					}
+			if l, ok := n.(*ast.BasicLit); ok && l.Kind == token.STRING {
+				if s, err := strconv.Unquote(l.Value); err == nil && registry[s] != nil {
+					names = append(names, s)
 				}
 			}
-			return false
+			return true
 		})
 	}
-	if len(ops) == 0 {
-		t.Fatal("found no switch on op in (*padRun).rule")
+	if found != 2 {
+		t.Fatalf("found %d of (*padRun).rule and (*padRun).node in padsafe.go", found)
 	}
-	return ops
+	return names
 }
 
-// Every op the importer converts has a decided padding rule: one kept
-// beside its converter (registerPadRule), a case of rule's switch, or a
-// place in padNotAnalysed (refused as soon as it touches the padded
-// dimension). A new op cannot be added without deciding, and no op is
-// decided twice. Fault injected: registering a new op "PadRuleProbe" in an
-// init function fails this test naming it.
+// Every op the importer converts has a decided padding rule, registered
+// beside its converter in the op's ops_*.go init: registerPadRule (how the
+// padded dimension passes through it) or registerPadNotAnalysed (a node
+// that touches the padded dimension keeps it exact). A new op cannot be
+// added without deciding; deciding one twice panics at program start; a
+// decision for an op the importer does not register is stale. padsafe.go's
+// rule and node hold no op's rule themselves (no switch on the op type,
+// no table of ops).
+//
+// Faults injected: deleting the registration registerPadRule("Gemm",
+// padGemm) from ops_math.go fails this test with `ops without a padding
+// rule: ["Gemm"]`; deleting "Tile" from registerPadNotAnalysed in
+// ops_shape.go fails it naming "Tile"; a `switch op { case "Relu": ... }`
+// put back in rule fails it naming "Relu"; node's former table
+// map[string]int{"Reshape": 1, ...} put back fails it naming "Reshape".
 func TestPadRulesDecided(t *testing.T) {
-	sw := padSwitchOps(t)
-	var undecided, twice, stale []string
+	var undecided, stale []string
 	for op := range registry {
-		n := 0
-		for _, in := range []bool{padRules[op] != nil, sw[op], padNotAnalysed[op]} {
-			if in {
-				n++
-			}
-		}
-		switch {
-		case n == 0:
+		if padRules[op] == nil {
 			undecided = append(undecided, op)
-		case n > 1:
-			twice = append(twice, op)
-		}
-	}
-	for op := range padNotAnalysed {
-		if registry[op] == nil {
-			stale = append(stale, op)
 		}
 	}
 	for op := range padRules {
@@ -82,15 +71,14 @@ func TestPadRulesDecided(t *testing.T) {
 		}
 	}
 	sort.Strings(undecided)
-	sort.Strings(twice)
 	sort.Strings(stale)
 	if len(undecided) > 0 {
-		t.Errorf("ops without a padding rule: %q (add one beside the converter with registerPadRule, or list the op in padNotAnalysed)", undecided)
-	}
-	if len(twice) > 0 {
-		t.Errorf("ops with more than one padding decision: %q", twice)
+		t.Errorf("ops without a padding rule: %q (register one beside the converter with registerPadRule, or registerPadNotAnalysed)", undecided)
 	}
 	if len(stale) > 0 {
 		t.Errorf("padding decisions for ops the importer does not register: %q", stale)
+	}
+	if names := padsafeOpNames(t); len(names) > 0 {
+		t.Errorf("padsafe.go's rule or node decides ops itself: %q (register their rules beside their converters)", names)
 	}
 }

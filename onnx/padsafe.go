@@ -482,19 +482,25 @@ func (r *padRun) constInts(n *onnxpb.Node, i int) ([]int64, bool) {
 
 // node applies one op's rule, then two guards: a value computed from the
 // padded size may only flow where the rule keeps track of it (shape
-// arithmetic, Reshape targets, Range limits...), and "may be extreme at
-// padded positions" (mask) flows from every data input to every output.
+// arithmetic, Reshape targets, Range limits...: the input the op's
+// registration declares with takesSize, or every input of an op
+// registered readsShapes), and "may be extreme at padded positions" (mask)
+// flows from every other input to every output (but those of an op
+// registered bounded).
 func (r *padRun) node(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute) []*pval {
 	outs := r.rule(n, attrs)
 	constElems(outs)
-	shapeArg := map[string]int{"Reshape": 1, "Expand": 1, "ConstantOfShape": 0, "Range": 1, "Gather": 1, "Tile": 1}
+	d := padRules[n.OpType]
+	if d == nil {
+		d = &padRuleDef{sizeIn: -1}
+	}
 	var mask bool
 	for i, name := range n.Input {
 		v := r.vals[name]
 		if name == "" || v == nil {
 			continue
 		}
-		if k, ok := shapeArg[n.OpType]; ok && k == i || n.OpType == "Shape" || n.OpType == "Size" {
+		if d.sizeIn == i || d.shapesOnly {
 			continue
 		}
 		mask = mask || v.mask
@@ -509,16 +515,17 @@ func (r *padRun) node(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute) []*pva
 	}
 	for _, o := range outs {
 		if o != nil {
-			o.mask = o.mask || mask
-			if n.OpType == "Softmax" {
-				o.mask = false // values in [0, 1]
-			}
+			o.mask = (o.mask || mask) && !d.bounded
 		}
 	}
 	return outs
 }
 
-// rule applies one op's rule and returns its outputs' states.
+// rule applies op's padding rule, registered beside its converter
+// (registerPadRule, registerPadNotAnalysed), and returns its outputs'
+// states. An op without one (another domain's; the importer refuses an
+// unregistered default-domain op at load) is not analysed: its outputs are
+// dirty as soon as it touches the padded dimension.
 func (r *padRun) rule(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute) []*pval {
 	ins := make([]*pval, len(n.Input))
 	anyInv := false
@@ -556,13 +563,6 @@ func (r *padRun) rule(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute) []*pva
 		}
 		return r.all(n, &pval{rank: -1})
 	}
-	in := func(i int) *pval {
-		if i < len(ins) && ins[i] != nil {
-			return ins[i]
-		}
-		return nil
-	}
-	x := in(0)
 	op := n.OpType
 	if n.Domain != "" && n.Domain != "ai.onnx" {
 		return unknown()
@@ -572,385 +572,87 @@ func (r *padRun) rule(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute) []*pva
 			return outs
 		}
 	}
-	if f := padRules[op]; f != nil { // a rule kept beside the op's converter
-		if x == nil {
-			return fail("has no first input")
-		}
-		return f(r, n, attrs, ins, fail)
+	d := padRules[op]
+	if d == nil {
+		return unknown()
 	}
-	switch op {
-	case "Constant":
-		if a := attrs["value"]; a != nil && a.T != nil {
-			h, err := r.m.tensorToHost(a.T, "")
-			if err == nil {
-				if t, err := h.toIR(); err == nil {
-					return []*pval{constVal(t, h.dt)}
-				}
-			}
-		}
-		for _, k := range []string{"value_int", "value_float"} {
-			if a := attrs[k]; a != nil {
-				v := &pval{rank: 0, fc: []float64{float64(a.F)}}
-				if k == "value_int" {
-					v.fc = []float64{float64(a.I)}
-					v.elems = []sdim{cdim(a.I)}
-				}
-				return []*pval{v}
-			}
-		}
-		if a := attrs["value_ints"]; a != nil {
-			v := &pval{rank: 1, dims: []sdim{cdim(int64(len(a.Ints)))}}
-			for _, x := range a.Ints {
-				v.fc = append(v.fc, float64(x))
-				v.elems = append(v.elems, cdim(x))
-			}
-			return []*pval{v}
-		}
-		return []*pval{{rank: -1}}
-
-	case "Identity", "Dropout":
-		out := x.clone()
-		outs := []*pval{out}
-		if len(n.Output) > 1 {
-			outs = append(outs, &pval{rank: x.rank, dims: x.dims})
-		}
-		return outs
-
-	case "Cast", "CastLike":
-		out := x.clone()
-		to := attrI(attrs, "to", 0)
-		if op == "CastLike" {
-			out.fc, out.padc = nil, nil
-		}
-		if to == int64(onnxpb.Bool) {
-			out.padc = mapPadc(x.padc, func(f float64) float64 { return b2f(f != 0) })
-			if x.fc != nil {
-				out.fc = mapF(x.fc, func(f float64) float64 { return b2f(f != 0) })
-			}
-		} else if dt, err := dtypeFromONNX(onnxpb.DataType(to)); err == nil && !isFloatDT(dt) {
-			out.padc = mapPadc(x.padc, math.Trunc)
-			if x.fc != nil {
-				out.fc = mapF(x.fc, math.Trunc)
-			}
-		}
-		return []*pval{out}
-
-	case "Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Abs", "Neg", "LeakyRelu", "Elu", "Selu",
-		"Gelu", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Reciprocal", "Floor", "Ceil", "Round",
-		"Sign", "Not", "IsNaN", "IsInf", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh",
-		"Asinh", "Acosh", "Atanh", "Mish", "Celu", "ThresholdedRelu", "Shrink", "BitwiseNot":
-		if r.sizeDep(x) || x.rank < 0 && anyInv {
-			return fail("uses its size as a value")
-		}
-		out := &pval{rank: x.rank, dims: x.dims, mask: x.mask}
-		switch op {
-		case "Neg":
-			out.padc, out.orig, out.idiom = mapPadc(x.padc, func(f float64) float64 { return -f }), x.orig, x.idiom
-		case "Not":
-			out.padc, out.orig = mapPadc(x.padc, func(f float64) float64 { return b2f(f == 0) }), x.orig
-		}
-		return []*pval{out}
-
-	case "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Equal", "Less", "Greater",
-		"LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Mod", "PRelu", "Where", "Clip",
-		"BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitShift":
-		return r.elementwise(n, op, ins, anyInv, fail)
-
-	case "Shape":
-		if x.rank < 0 {
-			if anyInv {
-				return fail("reads the shape of a value whose rank the analysis does not know")
-			}
-			return []*pval{{rank: 1, dims: []sdim{{}}}}
-		}
-		start, end := attrI(attrs, "start", 0), attrI(attrs, "end", int64(x.rank))
-		s, _ := clampAxis(start, x.rank)
-		e, _ := clampAxis(end, x.rank)
-		out := &pval{rank: 1}
-		if e < s {
-			e = s
-		}
-		out.elems = r.mergedElems(append([]sdim{}, x.dims[s:e]...))
-		out.dims = []sdim{cdim(int64(e - s))}
-		return []*pval{out}
-
-	case "Size":
-		out := &pval{rank: 0, elems: []sdim{{}}}
-		if anyInv {
-			out.elems = []sdim{{k: sTaint}}
-		}
-		return []*pval{out}
-
-	case "Unsqueeze":
-		axes, ok := attrIs(attrs, "axes")
-		if !ok {
-			axes, ok = r.constInts(n, 1)
-		}
-		if !ok || x.rank < 0 {
-			return fail("has axes or a rank the analysis does not know")
-		}
-		rank := x.rank + len(axes)
-		ins := map[int]bool{}
-		for _, a := range axes {
-			k, ok := normAxis(a, rank)
-			if !ok {
-				return fail("has an axis out of range")
-			}
-			ins[k] = true
-		}
-		out := &pval{rank: rank, elems: x.elems, fc: x.fc, mask: x.mask, orig: x.orig, idiom: x.idiom}
-		src := 0
-		remap := map[int]int{}
-		for i := 0; i < rank; i++ {
-			if ins[i] {
-				out.dims = append(out.dims, cdim(1))
-				continue
-			}
-			out.dims = append(out.dims, x.dims[src])
-			remap[src] = i
-			src++
-		}
-		out.padc, out.neg, out.zero = remapFacts(x, remap)
-		return []*pval{out}
-
-	case "Squeeze":
-		axes, ok := attrIs(attrs, "axes")
-		if !ok && len(n.Input) > 1 && n.Input[1] != "" {
-			axes, ok = r.constInts(n, 1)
-			if !ok {
-				return fail("has axes the analysis does not know")
-			}
-		}
-		if x.rank < 0 {
-			return fail("has a rank the analysis does not know")
-		}
-		drop := map[int]bool{}
-		if axes == nil {
-			for i, d := range x.dims {
-				if d.k != sConst {
-					if anyInv {
-						return fail("squeezes without axes a dimension of unknown size")
-					}
-					return []*pval{{rank: -1}}
-				}
-				if d.c == 1 {
-					drop[i] = true
-				}
-			}
-		}
-		for _, a := range axes {
-			k, ok := normAxis(a, x.rank)
-			if !ok {
-				return fail("has an axis out of range")
-			}
-			if r.isD(x.dims[k]) {
-				return fail("squeezes it")
-			}
-			drop[k] = true
-		}
-		out := &pval{elems: x.elems, fc: x.fc, mask: x.mask, orig: x.orig, idiom: x.idiom}
-		remap := map[int]int{}
-		for i, d := range x.dims {
-			if drop[i] {
-				continue
-			}
-			remap[i] = len(out.dims)
-			out.dims = append(out.dims, d)
-		}
-		out.rank = len(out.dims)
-		out.padc, out.neg, out.zero = remapFacts(x, remap)
-		return []*pval{out}
-
-	case "Transpose":
-		if x.rank < 0 {
-			return fail("has a rank the analysis does not know")
-		}
-		perm, ok := attrIs(attrs, "perm")
-		if !ok {
-			for i := x.rank - 1; i >= 0; i-- {
-				perm = append(perm, int64(i))
-			}
-		}
-		if len(perm) != x.rank {
-			return fail("has a permutation of the wrong length")
-		}
-		out := &pval{rank: x.rank, mask: x.mask, orig: x.orig, idiom: x.idiom}
-		remap := map[int]int{}
-		for i, p := range perm {
-			if p < 0 || int(p) >= x.rank {
-				return fail("has a permutation out of range")
-			}
-			out.dims = append(out.dims, x.dims[p])
-			remap[int(p)] = i
-		}
-		out.padc, out.neg, out.zero = remapFacts(x, remap)
-		return []*pval{out}
-
-	case "Reshape":
-		return r.reshape(n, attrs, x, in(1), anyInv, fail)
-
-	case "Flatten":
-		if x.rank < 0 {
-			return fail("has a rank the analysis does not know")
-		}
-		a, ok := clampAxis(attrI(attrs, "axis", 1), x.rank)
-		if !ok {
-			return fail("has an axis out of range")
-		}
-		outer, ok1 := r.merge(x.dims[:a])
-		inner, ok2 := r.merge(x.dims[a:])
-		if !ok1 || !ok2 {
-			return fail("merges it with other axes")
-		}
-		return []*pval{{rank: 2, dims: []sdim{outer, inner}, mask: x.mask}}
-
-	case "Concat":
-		return r.concat(n, attrs, ins, anyInv, fail)
-
-	case "Split":
-		if x.rank < 0 {
-			return fail("has a rank the analysis does not know")
-		}
-		a, ok := normAxis(attrI(attrs, "axis", 0), x.rank)
-		if !ok {
-			return fail("has an axis out of range")
-		}
-		if r.isD(x.dims[a]) {
-			return fail("splits along it")
-		}
-		var outs []*pval
-		for range n.Output {
-			o := &pval{rank: x.rank, dims: append([]sdim{}, x.dims...), mask: x.mask}
-			o.dims[a] = sdim{}
-			outs = append(outs, o)
-		}
-		return outs
-
-	case "Slice":
-		return r.slice(n, attrs, x, anyInv, fail)
-
-	case "Gather":
-		return r.gather(n, attrs, x, in(1), anyInv, fail)
-
-	case "ConstantOfShape":
-		if x.elems == nil {
-			return fail("takes a shape the analysis does not know")
-		}
-		dims, ok := r.shapeDims(x.elems)
-		if !ok {
-			return fail("takes a shape computed from its size")
-		}
-		return []*pval{{rank: len(dims), dims: dims}}
-
-	case "Expand":
-		s := in(1)
-		if s == nil || s.elems == nil || x.rank < 0 {
-			return fail("takes a shape the analysis does not know")
-		}
-		tdims, ok := r.shapeDims(s.elems)
-		if !ok {
-			return fail("takes a shape computed from its size")
-		}
-		t := &pval{rank: len(tdims), dims: tdims}
-		dims, why := r.broadcast([]*pval{x, t})
-		if why != "" {
-			return fail("%s", why)
-		}
-		out := &pval{rank: len(dims), dims: dims, mask: x.mask}
-		off := len(dims) - x.rank
-		remap := map[int]int{}
-		for i := 0; i < x.rank; i++ {
-			if x.dims[i] == dims[i+off] {
-				remap[i] = i + off
-			}
-		}
-		out.padc, out.neg, out.zero = remapFacts(x, remap)
-		out.orig, out.idiom = x.orig, x.idiom
-		return []*pval{out}
-
-	case "Range":
-		start, limit, delta := in(0), in(1), in(2)
-		if r.sizeDep(start) || r.sizeDep(delta) {
-			return fail("starts or steps by a value computed from its size")
-		}
-		if limit != nil && len(limit.elems) == 1 {
-			e := limit.elems[0]
-			if e.k == sSym && e.s == r.dim {
-				if start != nil && start.fc != nil && delta != nil && len(delta.fc) == 1 && delta.fc[0] == 1 && len(start.fc) == 1 && start.fc[0] == 0 {
-					return []*pval{{rank: 1, dims: []sdim{symd(r.dim)}}}
-				}
-				return fail("counts to its size from a start or step other than 0 and 1")
-			}
-			if r.isD(e) {
-				return fail("counts to a value computed from its size")
-			}
-		}
-		return []*pval{{rank: 1, dims: []sdim{rangeDim(start, limit, delta)}}}
-
-	case "MatMul":
-		return r.matmul(n, x, in(1), anyInv, fail)
-
-	case "Gemm":
-		a, b, c := x, in(1), in(2)
-		if a.rank != 2 || b == nil || b.rank != 2 {
-			return fail("has operands of a rank the analysis does not know")
-		}
-		ta, tb := attrI(attrs, "transA", 0) != 0, attrI(attrs, "transB", 0) != 0
-		mDim, kA := a.dims[0], a.dims[1]
-		if ta {
-			mDim, kA = kA, mDim
-		}
-		kB, nDim := b.dims[0], b.dims[1]
-		if tb {
-			kB, nDim = nDim, kB
-		}
-		if r.isD(kA) || r.isD(kB) {
-			return fail("contracts over it")
-		}
-		out := &pval{rank: 2, dims: []sdim{mDim, nDim}}
-		if c != nil {
-			if _, why := r.broadcast([]*pval{out, c}); why != "" {
-				return fail("%s", why)
-			}
-		}
-		return []*pval{out}
-
-	case "Conv", "ConvInteger", "QLinearConv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool",
-		"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "InstanceNormalization", "LRN",
-		"GroupNormalization", "BatchNormalization":
-		return r.spatial(n, op, attrs, ins, anyInv, fail)
-
-	case "Softmax", "LogSoftmax", "Hardmax":
-		return r.softmax(n, op, attrs, x, anyInv, fail)
-
-	case "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-		"ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin":
-		return r.reduce(n, op, attrs, x, anyInv, fail)
+	if padIn(ins, 0) == nil && !d.noInputs {
+		return fail("has no first input")
 	}
-	return unknown()
+	return d.f(r, n, attrs, ins, anyInv, fail)
 }
 
 // padRuleFunc is one op's padding rule, kept in the ops_*.go file beside
 // the op's converter (registerPadRule in its init): from the states of the
-// node's inputs (ins[0] present, ins[i] nil for an empty optional input;
-// none dirty), the
-// states of its outputs. fail refuses: the outputs become dirty, naming the
-// node, when an input carries the padded dimension.
-type padRuleFunc func(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, fail func(format string, args ...any) []*pval) []*pval
+// node's inputs (ins[0] present unless the rule is registered
+// withoutInputs, ins[i] nil for an empty optional input; none dirty), the
+// states of its outputs. anyInv says whether any input has to do with the
+// padded dimension. fail refuses: the outputs become dirty, naming the
+// node, when an input carries the padded dimension (and are merely
+// unknown when none does).
+type padRuleFunc func(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(format string, args ...any) []*pval) []*pval
 
-// padRules are the rules registered beside their converters. Ops without
-// one are handled by rule's switch (moving there case by case), or are
-// not analysed (padNotAnalysed): dirty as soon as they touch the
-// dimension.
-var padRules = map[string]padRuleFunc{}
+// padRuleDef is one op's registered padding rule.
+type padRuleDef struct {
+	f padRuleFunc
+	// noInputs: the rule also runs for a node without a first input
+	// (Constant has none); otherwise such a node is refused.
+	noInputs bool
+	// sizeIn is the input that may hold a value computed from the padded
+	// size (a shape, a Range limit, Gather indices), which the rule
+	// follows itself; -1 for none. It brings no mask either.
+	sizeIn int
+	// shapesOnly: the op reads its inputs' shapes only (Shape, Size).
+	shapesOnly bool
+	// bounded: the outputs are bounded whatever the inputs (Softmax's are
+	// in [0, 1]), so never extreme at padded positions.
+	bounded bool
+}
 
-// registerPadRule records op's padding rule; called from init functions,
-// twice for one op is a programming error and panics at program start.
-func registerPadRule(op string, f padRuleFunc) {
+// withoutInputs lets the rule run for a node that has no first input.
+func (d *padRuleDef) withoutInputs() *padRuleDef { d.noInputs = true; return d }
+
+// takesSize declares input i as one that may hold a value computed from
+// the padded size, followed by the rule (node's guards skip it).
+func (d *padRuleDef) takesSize(i int) *padRuleDef { d.sizeIn = i; return d }
+
+// readsShapes declares that the op reads only its inputs' shapes.
+func (d *padRuleDef) readsShapes() *padRuleDef { d.shapesOnly = true; return d }
+
+// boundedOutputs declares the op's outputs bounded whatever its inputs.
+func (d *padRuleDef) boundedOutputs() *padRuleDef { d.bounded = true; return d }
+
+// padRules are the rules registered beside their converters, one per op
+// (padUnanalysed for the ops registered not analysed). An importer op
+// without one fails TestPadRulesDecided.
+var padRules = map[string]*padRuleDef{}
+
+// registerPadRule records op's padding rule; called from init functions
+// beside the op's converter. Twice for one op is a programming error and
+// panics at program start.
+func registerPadRule(op string, f padRuleFunc) *padRuleDef {
 	if padRules[op] != nil {
 		panic(fmt.Sprintf("onnx: padding rule for %s registered twice", op))
 	}
-	padRules[op] = f
+	d := &padRuleDef{f: f, sizeIn: -1}
+	padRules[op] = d
+	return d
+}
+
+// registerPadRules records one rule for several ops (a family: element-wise
+// ops, reductions...).
+func registerPadRules(f padRuleFunc, ops ...string) {
+	for _, op := range ops {
+		registerPadRule(op, f)
+	}
+}
+
+// padIn returns input i's state, nil when the input is absent or empty.
+func padIn(ins []*pval, i int) *pval {
+	if i < len(ins) {
+		return ins[i]
+	}
+	return nil
 }
 
 func (r *padRun) all(n *onnxpb.Node, v *pval) []*pval {
@@ -1136,7 +838,35 @@ func dimWords(a, b sdim) string {
 	return w(a) + " and " + w(b)
 }
 
-func (r *padRun) elementwise(n *onnxpb.Node, op string, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+// padPointwise is the rule of a unary element-wise op: positions stay
+// apart. facts, when not nil, carries what is known of the padded
+// positions' values from x to out (Neg negates a constant fill).
+func padPointwise(facts func(x, out *pval)) padRuleFunc {
+	return func(r *padRun, n *onnxpb.Node, _ map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+		x := ins[0]
+		if r.sizeDep(x) || x.rank < 0 && anyInv {
+			return fail("uses its size as a value")
+		}
+		out := &pval{rank: x.rank, dims: x.dims, mask: x.mask}
+		if facts != nil {
+			facts(x, out)
+		}
+		return []*pval{out}
+	}
+}
+
+// padUnary is the rule of a unary element-wise op that keeps no facts
+// about padded positions' values (Relu, Exp, Sigmoid...).
+var padUnary = padPointwise(nil)
+
+// padElementwise is the rule of the element-wise ops of several operands
+// (Add, Mul, Where, Clip, comparisons...): broadcasting keeps positions
+// apart, so the padded dimension passes through unless it is broadcast
+// against another size. It also follows what padded positions hold (a
+// constant, an additive mask bias) for the attention-mask proof, and
+// integer arithmetic on shape elements.
+func padElementwise(r *padRun, n *onnxpb.Node, _ map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	op := n.OpType
 	// Integer arithmetic on shape elements (rank <= 1).
 	small := true
 	for _, v := range ins {
@@ -1300,76 +1030,6 @@ func intArith(op string, a, b int64) int64 {
 	return 0
 }
 
-func (r *padRun) reshape(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, x, t *pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
-	if t == nil || t.elems == nil {
-		return fail("takes a target shape the analysis does not know")
-	}
-	allowZero := attrI(attrs, "allowzero", 0) != 0
-	if outs := r.mergeReshape(x, t, allowZero, fail); outs != nil {
-		return outs
-	}
-	// Later sizes are known when a -1 before them is resolved.
-	target := append([]sdim(nil), t.elems...)
-	for i, e := range t.elems {
-		target[i] = e
-		if e.k == sConst && e.c == 0 && !allowZero {
-			if x.rank < 0 || i >= x.rank {
-				return fail("copies a dimension the analysis does not know")
-			}
-			target[i] = x.dims[i]
-		}
-		if e.k == sConst && e.c == -1 {
-			target[i] = sdim{}
-			if x.rank >= 0 {
-				// -1 is the remaining size: known when every other size is.
-				if d, ok := r.remaining(x.dims, target, i); ok {
-					target[i] = d
-				}
-			}
-		}
-		if target[i].k == sTaint || target[i].k == sProd {
-			return fail("reshapes to a size computed from it")
-		}
-	}
-	xAxes := []int{}
-	if x.rank >= 0 {
-		xAxes = x.dAxes(r.dim)
-	} else if anyInv {
-		return fail("has an input of unknown rank")
-	}
-	var tAxes []int
-	for i, d := range target {
-		if d.k == sSym && d.s == r.dim {
-			tAxes = append(tAxes, i)
-		}
-	}
-	if len(xAxes) == 0 && len(tAxes) == 0 {
-		out := &pval{rank: len(target), dims: target, mask: x.mask}
-		if x.rank <= 1 && len(target) <= 1 {
-			out.elems, out.fc = x.elems, x.fc
-		}
-		return []*pval{out}
-	}
-	if len(xAxes) != len(tAxes) {
-		return fail("merges it with other axes")
-	}
-	// Each padded axis keeps its place if the axes before it hold the same
-	// sizes before and after: then the flat index of a real position maps
-	// to the same (real) position.
-	for k := range xAxes {
-		if !sameProduct(x.dims[:xAxes[k]], target[:tAxes[k]]) {
-			return fail("moves it across other axes (the sizes before it differ)")
-		}
-	}
-	out := &pval{rank: len(target), dims: target, mask: x.mask, orig: x.orig, idiom: x.idiom}
-	remap := map[int]int{}
-	for k := range xAxes {
-		remap[xAxes[k]] = tAxes[k]
-	}
-	out.padc, out.neg, out.zero = remapFacts(x, remap)
-	return []*pval{out}
-}
-
 // remaining resolves a -1 in target at position i from the input dims.
 func (r *padRun) remaining(in, target []sdim, i int) (sdim, bool) {
 	num := map[string]int{}
@@ -1442,260 +1102,12 @@ func sameProduct(a, b []sdim) bool {
 	return ok1 && ok2 && pa == pb && sa == sb
 }
 
-func (r *padRun) concat(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
-	rank := -1
-	for _, v := range ins {
-		if v == nil {
-			continue
-		}
-		if v.rank < 0 {
-			return fail("has an input of unknown rank")
-		}
-		rank = v.rank
-	}
-	if rank < 0 {
-		return fail("has no inputs")
-	}
-	a, ok := normAxis(attrI(attrs, "axis", 0), rank)
-	if !ok {
-		return fail("has an axis out of range")
-	}
-	out := &pval{rank: rank, dims: make([]sdim, rank)}
-	var elems []sdim
-	trackElems := rank == 1
-	sum, known := int64(0), true
-	for k, v := range ins {
-		if v == nil {
-			continue
-		}
-		if v.rank != rank {
-			return fail("joins inputs of different ranks")
-		}
-		if r.isD(v.dims[a]) {
-			return fail("concatenates along it")
-		}
-		if v.dims[a].k == sConst {
-			sum += v.dims[a].c
-		} else {
-			known = false
-		}
-		for i, d := range v.dims {
-			if i == a {
-				continue
-			}
-			if k == 0 {
-				out.dims[i] = d
-			} else if r.isD(d) != r.isD(out.dims[i]) || d.k == sMerge && d != out.dims[i] {
-				return fail("joins inputs that do not all carry it on the same axes")
-			}
-		}
-		if v.mask {
-			out.mask = true
-		}
-		if v.elems == nil {
-			trackElems = false
-		}
-		elems = append(elems, v.elems...)
-	}
-	out.dims[a] = sdim{}
-	if known {
-		out.dims[a] = cdim(sum)
-	}
-	if trackElems {
-		out.elems = elems
-		allC := true
-		var fc []float64
-		for _, e := range elems {
-			if e.k != sConst {
-				allC = false
-			}
-			fc = append(fc, float64(e.c))
-		}
-		if allC {
-			out.fc = fc
-		}
-	} else {
-		for _, v := range ins {
-			if r.sizeDep(v) {
-				return fail("concatenates a value computed from its size")
-			}
-		}
-	}
-	return []*pval{out}
-}
-
-func (r *padRun) slice(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, x *pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
-	if x.rank < 0 {
-		return fail("has an input of unknown rank")
-	}
-	var starts, ends, axes []int64
-	var haveSE, haveAxes bool
-	if s, ok := attrIs(attrs, "starts"); ok {
-		starts, haveSE = s, true
-		ends, _ = attrIs(attrs, "ends")
-		axes, haveAxes = attrIs(attrs, "axes")
-	} else {
-		var ok1, ok2 bool
-		starts, ok1 = r.constInts(n, 1)
-		ends, ok2 = r.constInts(n, 2)
-		haveSE = ok1 && ok2
-		if len(n.Input) > 3 && n.Input[3] != "" {
-			axes, haveAxes = r.constInts(n, 3)
-			if !haveAxes {
-				return fail("slices axes the analysis does not know")
-			}
-		}
-		if len(n.Input) > 4 && n.Input[4] != "" {
-			if _, ok := r.constInts(n, 4); !ok {
-				return fail("slices with steps the analysis does not know")
-			}
-		}
-		for i := 1; i < len(n.Input) && i < 3; i++ {
-			if v := r.vals[n.Input[i]]; r.sizeDep(v) {
-				return fail("slices at positions computed from its size")
-			}
-		}
-	}
-	if !haveAxes {
-		if !haveSE {
-			// Unknown bounds: any axis may be sliced.
-			for i := 0; i < x.rank; i++ {
-				axes = append(axes, int64(i))
-			}
-		} else {
-			for i := range starts {
-				axes = append(axes, int64(i))
-			}
-		}
-	}
-	out := &pval{rank: x.rank, dims: append([]sdim{}, x.dims...), mask: x.mask}
-	steps, _ := r.constInts(n, 4)
-	for k, a64 := range axes {
-		a, ok := normAxis(a64, x.rank)
-		if !ok {
-			return fail("has an axis out of range")
-		}
-		if r.isD(x.dims[a]) {
-			return fail("slices along it")
-		}
-		out.dims[a] = slicedDim(x.dims[a], starts, ends, steps, k, haveSE)
-		if out.dims[a].k == sOpaque {
-			out.dims[a] = r.slicedToSym(n, k)
-		}
-	}
-	if x.rank == 1 && x.elems != nil && haveSE && len(starts) == 1 && len(ends) == 1 {
-		l := int64(len(x.elems))
-		s, e := starts[0], ends[0]
-		if s < 0 {
-			s += l
-		}
-		if e < 0 {
-			e += l
-		}
-		s, e = max(0, min(s, l)), max(0, min(e, l))
-		if e >= s {
-			out.elems = append([]sdim{}, x.elems[s:e]...)
-			out.dims = []sdim{cdim(e - s)}
-			if x.fc != nil {
-				out.fc = x.fc[s:e]
-			}
-		}
-	} else if r.sizeDep(x) {
-		return fail("slices a value computed from its size")
-	}
-	return []*pval{out}
-}
-
-func (r *padRun) gather(n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, x, idx *pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
-	if x.rank < 0 || idx == nil || idx.rank < 0 {
-		return fail("has an input of unknown rank")
-	}
-	a, ok := normAxis(attrI(attrs, "axis", 0), x.rank)
-	if !ok {
-		return fail("has an axis out of range")
-	}
-	if r.sizeDep(idx) {
-		return fail("gathers at positions computed from its size")
-	}
-	if r.isD(x.dims[a]) {
-		// Only position 0 is certainly real (when the axis is not empty);
-		// any other constant index may be past the real size.
-		if idx.fc == nil {
-			return fail("gathers along it at positions the analysis does not know")
-		}
-		for _, f := range idx.fc {
-			if f != 0 {
-				return fail("gathers along it at position %v, which may be padding", f)
-			}
-		}
-	}
-	out := &pval{rank: x.rank - 1 + idx.rank, mask: x.mask}
-	out.dims = append(out.dims, x.dims[:a]...)
-	out.dims = append(out.dims, idx.dims...)
-	out.dims = append(out.dims, x.dims[a+1:]...)
-	if x.rank == 1 && x.elems != nil && idx.fc != nil {
-		for _, f := range idx.fc {
-			k := int(f)
-			if k < 0 {
-				k += len(x.elems)
-			}
-			if k < 0 || k >= len(x.elems) {
-				out.elems = nil
-				break
-			}
-			out.elems = append(out.elems, x.elems[k])
-		}
-		if out.elems != nil && x.fc != nil {
-			for _, e := range out.elems {
-				out.fc = append(out.fc, float64(e.c))
-			}
-		}
-	} else if r.sizeDep(x) {
-		return fail("gathers from a value computed from its size")
-	}
-	return []*pval{out}
-}
-
-func (r *padRun) matmul(n *onnxpb.Node, a, b *pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
-	if a.rank < 1 || b == nil || b.rank < 1 {
-		return fail("has operands of a rank the analysis does not know")
-	}
-	ad, bd := a.dims, b.dims
-	aVec, bVec := a.rank == 1, b.rank == 1
-	if aVec {
-		ad = append([]sdim{cdim(1)}, ad...)
-	}
-	if bVec {
-		bd = append(append([]sdim{}, bd...), cdim(1))
-	}
-	kA, kB := ad[len(ad)-1], bd[len(bd)-2]
-	if r.isD(kA) || r.isD(kB) {
-		// Contracting over the padded axis is exact only when one side is
-		// exactly zero at padded positions (masked attention weights) and
-		// the other is not mask-derived (so finite there).
-		okA := a.zero[a.rank-1] && !b.mask
-		okB := !bVec && b.zero[b.rank-2] && !a.mask
-		if !(r.isD(kA) && r.isD(kB) && (okA || okB)) {
-			return fail("contracts over it")
-		}
-	}
-	batchA := &pval{rank: len(ad) - 2, dims: ad[:len(ad)-2]}
-	batchB := &pval{rank: len(bd) - 2, dims: bd[:len(bd)-2]}
-	bdims, why := r.broadcast([]*pval{batchA, batchB})
-	if why != "" {
-		return fail("%s", why)
-	}
-	dims := append([]sdim{}, bdims...)
-	if !aVec {
-		dims = append(dims, ad[len(ad)-2])
-	}
-	if !bVec {
-		dims = append(dims, bd[len(bd)-1])
-	}
-	return []*pval{{rank: len(dims), dims: dims, mask: a.mask || b.mask}}
-}
-
-func (r *padRun) spatial(n *onnxpb.Node, op string, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+// padSpatial is the rule of convolutions, pools and normalisations over
+// the spatial axes of an NC... input: positions mix along every axis from
+// 1 on (BatchNormalization in inference mode, InstanceNormalization along
+// channels excepted), so the padded dimension may only be the batch axis.
+func padSpatial(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	op := n.OpType
 	x := ins[0]
 	if x.rank < 2 {
 		return fail("has an input of a rank the analysis does not know")
@@ -1761,7 +1173,12 @@ func (r *padRun) spatial(n *onnxpb.Node, op string, attrs map[string]*onnxpb.Att
 	return outs
 }
 
-func (r *padRun) softmax(n *onnxpb.Node, op string, attrs map[string]*onnxpb.Attribute, x *pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+// padSoftmax is the rule of Softmax, LogSoftmax and Hardmax: exact along
+// axes they do not normalise over; over the padded axis only a Softmax
+// whose input carries an additive mask bias there (the attention-mask
+// proof), whose output is then exactly zero at padded positions.
+func padSoftmax(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	op, x := n.OpType, ins[0]
 	if x.rank < 0 {
 		return fail("has an input of unknown rank")
 	}
@@ -1796,7 +1213,10 @@ func (r *padRun) softmax(n *onnxpb.Node, op string, attrs map[string]*onnxpb.Att
 	return []*pval{out}
 }
 
-func (r *padRun) reduce(n *onnxpb.Node, op string, attrs map[string]*onnxpb.Attribute, x *pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+// padReduce is the rule of the reductions (Reduce*, ArgMax, ArgMin):
+// exact unless they reduce over the padded axis.
+func padReduce(r *padRun, n *onnxpb.Node, attrs map[string]*onnxpb.Attribute, ins []*pval, anyInv bool, fail func(string, ...any) []*pval) []*pval {
+	op, x := n.OpType, ins[0]
 	if x.rank < 0 {
 		return fail("has an input of unknown rank")
 	}
@@ -1846,29 +1266,22 @@ func (r *padRun) reduce(n *onnxpb.Node, op string, attrs map[string]*onnxpb.Attr
 	return []*pval{out}
 }
 
-// padNotAnalysed are the ops the padding analysis deliberately does not
-// follow: a node of one of them that touches the padded dimension makes it
-// exact ("... is not known to the padding analysis"). Each op the importer
-// registers is here, in rule's switch, or has a rule beside its converter
-// (TestPadRulesDecided).
-var padNotAnalysed = map[string]bool{
-	"AffineGrid": true, "Attention": true, "BitCast": true, "BlackmanWindow": true,
-	"CausalConvWithState": true, "CenterCropPad": true, "Col2Im": true, "Compress": true,
-	"ConcatFromSequence": true, "CumProd": true, "DFT": true, "DeformConv": true,
-	"DepthToSpace": true, "DequantizeLinear": true, "Det": true, "DynamicQuantizeLinear": true,
-	"Einsum": true, "EyeLike": true, "GRU": true, "GatherElements": true, "GatherND": true,
-	"GridSample": true, "HammingWindow": true, "HannWindow": true, "If": true, "LSTM": true,
-	"LinearAttention": true, "Loop": true, "LpNormalization": true, "MatMulInteger": true,
-	"MaxUnpool": true, "MeanVarianceNormalization": true, "MelWeightMatrix": true,
-	"NegativeLogLikelihoodLoss": true, "NonMaxSuppression": true, "NonZero": true, "OneHot": true,
-	"Optional": true, "OptionalGetElement": true, "OptionalHasElement": true, "Pad": true,
-	"QLinearMatMul": true, "QuantizeLinear": true, "RMSNormalization": true, "RNN": true,
-	"RegexFullMatch": true, "Resize": true, "ReverseSequence": true, "RoiAlign": true,
-	"RotaryEmbedding": true, "STFT": true, "Scan": true, "Scatter": true, "ScatterElements": true,
-	"ScatterND": true, "SequenceAt": true, "SequenceConstruct": true, "SequenceEmpty": true,
-	"SequenceErase": true, "SequenceInsert": true, "SequenceLength": true, "SequenceMap": true,
-	"SoftmaxCrossEntropyLoss": true, "SpaceToDepth": true, "SplitToSequence": true,
-	"StringConcat": true, "StringNormalizer": true, "StringSplit": true, "SwiGLU": true,
-	"Swish": true, "TensorScatter": true, "TfIdfVectorizer": true, "Tile": true, "Trilu": true,
-	"Unique": true, "Upsample": true,
+// registerPadNotAnalysed records ops the padding analysis deliberately
+// does not follow, called beside their converters: a node of one of them
+// that touches the padded dimension makes it exact ("... is not known to
+// the padding analysis").
+func registerPadNotAnalysed(ops ...string) {
+	for _, op := range ops {
+		registerPadRule(op, padUnanalysed).withoutInputs()
+	}
+}
+
+// padUnanalysed is the rule of an op the analysis does not follow: its
+// outputs are dirty when an input has to do with the padded dimension,
+// unknown otherwise.
+func padUnanalysed(r *padRun, n *onnxpb.Node, _ map[string]*onnxpb.Attribute, _ []*pval, anyInv bool, _ func(string, ...any) []*pval) []*pval {
+	if anyInv {
+		return r.all(n, &pval{rank: -1, dirty: fmt.Sprintf("%s is not known to the padding analysis", padNodeName(n))})
+	}
+	return r.all(n, &pval{rank: -1})
 }

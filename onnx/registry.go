@@ -34,6 +34,10 @@ type opDef struct {
 	// dtypes, not their values (Shape, Size): a value needed at build time
 	// does not make the inputs needed.
 	shapeOnly bool
+	// typeOnly are input positions the op reads for their dtype only,
+	// never their values or shape (CastLike's target_type): an empty
+	// tensor there holds all the op needs (Model.ReadsValues).
+	typeOnly []int
 }
 
 // withHost sets the host evaluator.
@@ -47,6 +51,12 @@ func (d *opDef) needs(inputs ...int) *opDef {
 
 // needsAll marks every input as needed at build time.
 func (d *opDef) needsAll() *opDef { d.constAll = true; return d }
+
+// onlyTypeOf marks input positions the op reads for their dtype only.
+func (d *opDef) onlyTypeOf(inputs ...int) *opDef {
+	d.typeOnly = append(d.typeOnly, inputs...)
+	return d
+}
 
 // onlyShapes marks the op as depending on its inputs' shapes only.
 func (d *opDef) onlyShapes() *opDef { d.shapeOnly = true; return d }

@@ -468,6 +468,9 @@ func init() {
 	register("OptionalHasElement", 18, convOptionalHasElement(18)).withHost(convOptionalHasElement(18))
 	register("OptionalGetElement", 15, convOptionalGetElement(15)).withHost(convOptionalGetElement(15))
 	register("OptionalGetElement", 18, convOptionalGetElement(18)).withHost(convOptionalGetElement(18))
+	// Padding: not analysed (a node that touches the padded dimension
+	// keeps it exact).
+	registerPadNotAnalysed("Optional", "OptionalGetElement", "OptionalHasElement")
 }
 
 // copyValue makes output k a copy of v (tensor, sequence or none).

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/tensorbridge/tensorbridge/errs"
+	"github.com/tensorbridge/tensorbridge/llm"
 )
 
 // Checkpoint is what planning read from a Hugging Face checkpoint
@@ -30,13 +31,6 @@ type Checkpoint struct {
 	HeaderDTypes map[string]int `json:"header_dtypes,omitempty"`
 	// Notes say what of the headers was left out of the count and why.
 	Notes []string `json:"notes,omitempty"`
-}
-
-// planArchitectures are the decoders whose weights the arithmetic of
-// LLMConfig.shards describes: Llama's layout, with Qwen2's q/k/v biases
-// and Qwen3's q/k norms.
-var planArchitectures = map[string]bool{
-	"LlamaForCausalLM": true, "MistralForCausalLM": true, "Qwen2ForCausalLM": true, "Qwen3ForCausalLM": true,
 }
 
 // maxConfigBytes bounds config.json; real ones are a few KiB.
@@ -152,82 +146,30 @@ func readBounded(path string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// parseLLMConfig reads the sizes of a decoder from config.json. Keys that
-// change the weights' shapes or count and that the arithmetic does not
-// implement are refused by name.
+// parseLLMConfig reads the sizes of a decoder from config.json with the
+// generation engine's own parser (llm.ParseConfig), in its ShapesOnly
+// mode: what changes the weights' shapes or count and is not implemented
+// (mixture of experts, quantization, other architectures) is refused by
+// name as Unimplemented; malformed values are InvalidArgument.
 func parseLLMConfig(path string, raw []byte) (LLMConfig, error) {
-	var c struct {
-		Architectures []string `json:"architectures"`
-		Vocab         int      `json:"vocab_size"`
-		Hidden        int      `json:"hidden_size"`
-		Intermediate  int      `json:"intermediate_size"`
-		Layers        int      `json:"num_hidden_layers"`
-		Heads         int      `json:"num_attention_heads"`
-		KVHeads       *int     `json:"num_key_value_heads"`
-		HeadDim       *int     `json:"head_dim"`
-		MaxPositions  int      `json:"max_position_embeddings"`
-		Tie           *bool    `json:"tie_word_embeddings"`
-		AttentionBias *bool    `json:"attention_bias"`
-		MLPBias       *bool    `json:"mlp_bias"`
-		SlidingWindow *int     `json:"sliding_window"`
-		UseSliding    *bool    `json:"use_sliding_window"`
-		// Keys that would change the weights: mixture of experts.
-		Experts      *int `json:"num_local_experts"`
-		Experts2     *int `json:"num_experts"`
-		Quantization any  `json:"quantization_config"`
+	c, err := llm.ParseConfig(path, raw, llm.ParseOptions{ShapesOnly: true})
+	if err != nil {
+		kind := errs.InvalidArgument
+		var ue *llm.UnsupportedError
+		if errors.As(err, &ue) {
+			kind = errs.Unimplemented
+		}
+		return LLMConfig{}, &errs.Error{Kind: kind, Op: "plan", Err: fmt.Errorf("plan: %w", err)}
 	}
-	bad := func(format string, a ...any) error {
-		return &errs.Error{Kind: errs.InvalidArgument, Op: "plan", Err: fmt.Errorf("plan: %s: "+format, append([]any{path}, a...)...)}
-	}
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return LLMConfig{}, bad("%v", err)
-	}
-	if len(c.Architectures) != 1 {
-		return LLMConfig{}, bad("architectures = %v: want exactly one", c.Architectures)
-	}
-	arch := c.Architectures[0]
-	if !planArchitectures[arch] {
-		return LLMConfig{}, &errs.Error{Kind: errs.Unimplemented, Op: "plan", Err: fmt.Errorf(
-			"plan: %s: architecture %s is not planned (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)", path, arch)}
-	}
-	if (c.Experts != nil && *c.Experts > 0) || (c.Experts2 != nil && *c.Experts2 > 0) {
-		return LLMConfig{}, &errs.Error{Kind: errs.Unimplemented, Op: "plan", Err: fmt.Errorf("plan: %s: mixture-of-experts configs are not planned", path)}
-	}
-	if c.Quantization != nil {
-		return LLMConfig{}, &errs.Error{Kind: errs.Unimplemented, Op: "plan", Err: fmt.Errorf("plan: %s: quantization_config is not planned (quantized weights change the bytes)", path)}
-	}
-	cfg := LLMConfig{Architecture: arch, Vocab: c.Vocab, Hidden: c.Hidden, FFN: c.Intermediate, Layers: c.Layers,
-		Heads: c.Heads, KVHeads: c.Heads, MaxPositions: c.MaxPositions}
-	if c.KVHeads != nil {
-		cfg.KVHeads = *c.KVHeads
-	}
-	switch {
-	case c.HeadDim != nil:
-		cfg.HeadDim = *c.HeadDim
-	case c.Heads > 0 && c.Hidden%c.Heads == 0:
-		cfg.HeadDim = c.Hidden / c.Heads
-	default:
-		return LLMConfig{}, bad("hidden_size %d is not a multiple of num_attention_heads %d and head_dim is absent", c.Hidden, c.Heads)
-	}
-	// Llama, Mistral, Qwen2 and Qwen3 configs default tie_word_embeddings
-	// to false in transformers.
-	cfg.Tied = c.Tie != nil && *c.Tie
-	attnBias := c.AttentionBias != nil && *c.AttentionBias
-	switch arch {
-	case "Qwen2ForCausalLM":
-		cfg.QKVBias = true // Qwen2Attention: q, k, v with bias, o without
-	case "Qwen3ForCausalLM":
-		cfg.QKNorm = true
-		cfg.QKVBias, cfg.OBias = attnBias, attnBias
-	default:
-		cfg.QKVBias, cfg.OBias = attnBias, attnBias // LlamaAttention: all four projections
-	}
-	cfg.MLPBias = c.MLPBias != nil && *c.MLPBias
-	if c.SlidingWindow != nil && *c.SlidingWindow > 0 && (c.UseSliding == nil || *c.UseSliding) {
-		cfg.SlidingWindow = *c.SlidingWindow
-	}
+	cfg := LLMConfig{Architecture: c.Architecture, Vocab: c.Vocab, Hidden: c.Hidden, FFN: c.Intermediate, Layers: c.Layers,
+		Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim, MaxPositions: c.MaxPositions, Tied: c.TiedEmbeddings,
+		QKNorm: c.QKNorm, MLPBias: c.MLPBias, SlidingWindow: c.SlidingWindow}
+	// Qwen2: q, k and v with bias, o without; Llama, Mistral and Qwen3's
+	// attention_bias: all four projections.
+	cfg.QKVBias = c.QKVBias || c.AttentionBias
+	cfg.OBias = c.AttentionBias
 	if err := cfg.Validate(); err != nil {
-		return LLMConfig{}, bad("%v", err)
+		return LLMConfig{}, &errs.Error{Kind: errs.InvalidArgument, Op: "plan", Err: fmt.Errorf("plan: %s: %v", path, err)}
 	}
 	return cfg, nil
 }

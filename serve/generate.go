@@ -266,41 +266,48 @@ func (p *sampling) toRequest(g *generator, prompt []int) (llm.Request, error) {
 		}
 		r.MaxTokens = int(*maxTok)
 	}
-	s := &r.Sampling
-	s.Temperature = 1 // OpenAI's default
+	// Unset fields take the checkpoint's generation_config.json defaults,
+	// as transformers' generate does (llm.GenerationConfig).
+	var o llm.SamplingOptions
 	if p.Temperature != nil {
 		if *p.Temperature < 0 || *p.Temperature > 100 {
 			return r, paramErr("temperature", "temperature must be in [0, 100], got %g", *p.Temperature)
 		}
-		s.Temperature = float32(*p.Temperature)
+		o.Temperature = p.Temperature
 	}
 	if p.TopP != nil {
 		if *p.TopP <= 0 || *p.TopP > 1 {
 			return r, paramErr("top_p", "top_p must be in (0, 1], got %g", *p.TopP)
 		}
-		s.TopP = float32(*p.TopP)
+		o.TopP = p.TopP
 	}
 	if p.TopK != nil {
-		switch {
-		case *p.TopK < -1:
+		if *p.TopK < -1 {
 			return r, paramErr("top_k", "top_k must be -1 or 0 (off) or positive, got %d", *p.TopK)
-		case *p.TopK > 0:
-			s.TopK = int(min(*p.TopK, int64(g.model.Config.Vocab)))
+		}
+		o.TopK = new(int) // -1 and 0: off
+		if *p.TopK > 0 {
+			*o.TopK = int(min(*p.TopK, int64(g.model.Config.Vocab)))
 		}
 	}
 	if p.MinP != nil {
 		if *p.MinP < 0 || *p.MinP > 1 {
 			return r, paramErr("min_p", "min_p must be in [0, 1], got %g", *p.MinP)
 		}
-		s.MinP = float32(*p.MinP)
+		o.MinP = p.MinP
 	}
 	if p.Seed != nil {
 		if *p.Seed < 0 || *p.Seed > 1<<32-1 {
 			return r, paramErr("seed", "seed must be in [0, 4294967295], got %d", *p.Seed)
 		}
-		s.Seed = uint32(*p.Seed)
+		o.Seed = uint32(*p.Seed)
 	} else {
-		s.Seed = rand.Uint32()
+		o.Seed = rand.Uint32()
+	}
+	gen := &g.model.Config.Generation
+	r.Sampling = gen.Sampling(o)
+	if maxTok == nil {
+		r.MaxTokens = gen.MaxTokens(nil, len(prompt), g.context)
 	}
 	stops, err := stopStrings(p.Stop)
 	if err != nil {

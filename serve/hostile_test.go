@@ -190,6 +190,7 @@ func TestHostileClients(t *testing.T) {
 	t.Run("nested JSON", func(t *testing.T) { testNestedJSON(t, ts, auth) })
 	t.Run("1000 slow connections", func(t *testing.T) { testSlowConnections(t, ts.httpAddr, tokenA, 1000) })
 	t.Run("100 slow gRPC handshakes", func(t *testing.T) { testSlowGRPC(t, ts.grpcAddr, 100) })
+	t.Run("40 slow gRPC messages", func(t *testing.T) { testSlowGRPCMessages(t, ts, tokenA, 40) })
 	t.Run("10000 idle connections", func(t *testing.T) { testIdleConnections(t, ts.httpAddr, hc, good, want) })
 
 	// Still answering, correctly, over both transports.
@@ -535,8 +536,8 @@ func testSlowConnections(t *testing.T, addr, token string, n int) {
 
 // n connections to the gRPC port trickling the HTTP/2 preface a byte a
 // second are cut off by the connection timeout (the read header timeout,
-// 1 s here). Once a gRPC connection is set up, grpc-go has no timeout on
-// receiving one message: the keepalive and idle limits apply instead.
+// 1 s here). Slow messages on a connection set up are
+// testSlowGRPCMessages'.
 func testSlowGRPC(t *testing.T, addr string, n int) {
 	preface := "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 	var cut atomic.Int64
@@ -576,6 +577,144 @@ func testSlowGRPC(t *testing.T, addr string, n int) {
 	if got := cut.Load(); got != int64(n) {
 		t.Fatalf("%d of %d slow gRPC connections were cut off before their preface was sent", got, n)
 	}
+}
+
+// n gRPC ModelInfer streams that send their headers and then trickle the
+// request message (a gRPC frame declaring 1,000 bytes, then a byte every
+// 200 ms) or send nothing of it are each reset with an error status before
+// the client has sent 100 bytes or waited 100 ticks (20 s, 10x the read
+// timeout), and counted in the receive-timeout metric. grpc-go itself has
+// no timeout on receiving a message: without the server's receive guard
+// (proved once by leaving grpc.InTapHandle out of NewGRPCServer) every
+// stream ran to the end of its bounded loop and the test failed. A raw
+// HTTP/2 client, since grpc-go's client sends a message at once. A
+// health Watch stream open across it all is not cut off: the guard ends
+// with the first message of a streaming call (proved once by leaving the
+// stream interceptor's wrapper out: the Watch was cut and counted).
+func testSlowGRPCMessages(t *testing.T, ts *testServer, token string, n int) {
+	const ticks = 100
+	before := serverCounter(t, ts.s, serve.MetricGRPCRecvTimeouts)
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	conn, err := grpc.NewClient(ts.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	watch, err := healthpb.NewHealthClient(conn).Watch(watchCtx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := watch.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	watchEnded := make(chan error, 1)
+	go func() {
+		_, err := watch.Recv()
+		watchEnded <- err
+	}()
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if msg := slowGRPCMessage(hc, ts.grpcAddr, token, i%2 == 0, ticks); msg != "" {
+				t.Errorf("stream %d (trickling %v): %s", i, i%2 == 0, msg)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := serverCounter(t, ts.s, serve.MetricGRPCRecvTimeouts) - before; got != float64(n) {
+		t.Fatalf("%s rose by %v, want %d", serve.MetricGRPCRecvTimeouts, got, n)
+	}
+	select {
+	case err := <-watchEnded:
+		t.Fatalf("the health Watch stream ended: %v", err)
+	default:
+	}
+}
+
+// slowGRPCMessage sends one ModelInfer stream whose message trickles (or
+// never comes) for at most ticks ticks of 200 ms and returns what went
+// wrong: "" when the server reset it with an error status first.
+func slowGRPCMessage(hc *http.Client, addr, token string, trickle bool, ticks int) string {
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/inference.GRPCInferenceService/ModelInfer", pr)
+	if err != nil {
+		return err.Error()
+	}
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("TE", "trailers")
+	req.Header.Set("Authorization", "Bearer "+token)
+	type answer struct {
+		code string
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := hc.Do(req)
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		code := resp.Header.Get("Grpc-Status")
+		if code == "" {
+			code = resp.Trailer.Get("Grpc-Status")
+		}
+		done <- answer{code: code}
+	}()
+	if trickle { // the 5-byte gRPC frame header: uncompressed, 1,000 bytes
+		if _, err := pw.Write([]byte{0, 0, 0, 0x03, 0xe8}); err != nil {
+			return "frame header: " + err.Error()
+		}
+	}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	check := func(a answer) string {
+		if a.err != nil {
+			return a.err.Error()
+		}
+		if a.code == "" || a.code == "0" {
+			return fmt.Sprintf("grpc-status %q, want an error", a.code)
+		}
+		return ""
+	}
+	for range ticks {
+		select {
+		case a := <-done:
+			return check(a)
+		case <-tick.C:
+		}
+		if trickle {
+			if _, err := pw.Write([]byte{1}); err != nil {
+				return check(<-done) // the server reset the stream; its answer came or comes
+			}
+		}
+	}
+	return fmt.Sprintf("still open after %d ticks of 200 ms", ticks)
+}
+
+// serverCounter reads an unlabelled counter of s.
+func serverCounter(t *testing.T, s *serve.Server, name string) float64 {
+	t.Helper()
+	mfs, err := s.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
 }
 
 // idleHelperEnv names the server address for the child process that opens

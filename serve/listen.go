@@ -25,8 +25,10 @@ type Limits struct {
 	// headers (HTTP), and connection setup up to the HTTP/2 handshake
 	// (gRPC) (default 10s).
 	ReadHeaderTimeout time.Duration
-	// ReadTimeout bounds reading a whole REST request, body included: a
-	// client trickling its body is cut off when it passes (default 30s).
+	// ReadTimeout bounds reading a whole REST request, body included, and
+	// receiving a gRPC request message, from its stream's headers: a
+	// client trickling its body or message is cut off when it passes
+	// (default 30s).
 	ReadTimeout time.Duration
 	// WriteTimeout bounds a REST request from the end of its headers to
 	// the end of its response (default: ReadTimeout + the longest model

@@ -26,6 +26,9 @@ const (
 	MetricCacheHits    = "tensorbridge_compile_cache_hits_total"
 	MetricCacheMisses  = "tensorbridge_compile_cache_misses_total"
 	MetricDeviceMemory = "tensorbridge_device_memory_bytes"
+	// MetricGRPCRecvTimeouts counts gRPC streams reset because their
+	// request message was not received within the read timeout.
+	MetricGRPCRecvTimeouts = "tensorbridge_grpc_receive_timeouts_total"
 )
 
 // metrics are the server's collectors.
@@ -38,6 +41,8 @@ type metrics struct {
 	compute      *prometheus.HistogramVec
 	padded       *prometheus.CounterVec
 	depth        *prometheus.GaugeVec
+	// grpcRecvTimeouts counts gRPC requests cut off while being received.
+	grpcRecvTimeouts prometheus.Counter
 }
 
 // modelMetrics are one model's children of the server's collectors.
@@ -71,8 +76,10 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 			Help: "Rows the runtime added to merged batches to reach a compiled batch size."}, []string{"model"}),
 		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricQueueDepth,
 			Help: "Requests waiting in the model's queue."}, []string{"model"}),
+		grpcRecvTimeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricGRPCRecvTimeouts,
+			Help: "gRPC streams reset because their request message was not received within the read timeout."}),
 	}
-	reg.MustRegister(m.requests, m.unknownModel, m.duration, m.queue, m.compute, m.padded, m.depth,
+	reg.MustRegister(m.requests, m.unknownModel, m.grpcRecvTimeouts, m.duration, m.queue, m.compute, m.padded, m.depth,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	b := s.backend
 	reg.MustRegister(

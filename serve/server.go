@@ -269,9 +269,11 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 // NewGRPCServer returns a gRPC server with the inference and health
 // services registered, the message size limits at MaxMessageBytes
 // (grpc-go's default receive limit is 4 MiB), the stream, keepalive and
-// handshake limits of Options.Limits, TLS when Options.TLS is set and the
+// handshake limits of Options.Limits, the read timeout on receiving each
+// RPC's request message (see recvGuard), TLS when Options.TLS is set and the
 // token check when AuthTokenFile is. opts come after these and override
-// them.
+// them, except that they must not set grpc.InTapHandle (grpc-go panics on
+// a second one).
 func (s *Server) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	lim := s.opts.Limits
 	base := []grpc.ServerOption{grpc.MaxRecvMsgSize(s.opts.MaxMessageBytes), grpc.MaxSendMsgSize(s.opts.MaxMessageBytes),
@@ -279,7 +281,8 @@ func (s *Server) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 		grpc.ConnectionTimeout(lim.ReadHeaderTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: lim.GRPCMinPingInterval, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: lim.IdleTimeout}),
-		grpc.ChainUnaryInterceptor(s.grpcAuthUnary), grpc.ChainStreamInterceptor(s.grpcAuthStream)}
+		grpc.InTapHandle(s.grpcRecvTap),
+		grpc.ChainUnaryInterceptor(grpcRecvUnary, s.grpcAuthUnary), grpc.ChainStreamInterceptor(grpcRecvStream, s.grpcAuthStream)}
 	if s.opts.TLS != nil {
 		base = append(base, grpc.Creds(credentials.NewTLS(s.opts.TLS)))
 	}

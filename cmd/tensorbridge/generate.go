@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -32,11 +33,11 @@ func generate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlags("generate", stderr, "DIR --prompt TEXT [--chat] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S] [--backend B] [--json]")
 	prompt := fs.String("prompt", "", "the prompt text")
 	chat := fs.Bool("chat", false, "wrap the prompt as one user message through the checkpoint's chat template")
-	maxTokens := fs.Int("max-tokens", 128, "most tokens to generate")
-	temperature := fs.Float64("temperature", 1, "sampling temperature; 0: greedy")
-	topP := fs.Float64("top-p", 1, "nucleus sampling mass, in (0, 1]")
-	topK := fs.Int("top-k", 0, "sample among the K most likely tokens; 0: all")
-	minP := fs.Float64("min-p", 0, "drop tokens less likely than min-p times the most likely")
+	maxTokens := fs.Int("max-tokens", 128, "most tokens to generate (unset: generation_config.json's max_new_tokens or max_length, else 128)")
+	temperature := fs.Float64("temperature", 1, "sampling temperature; 0: greedy (unset: generation_config.json's, greedy unless it sets do_sample)")
+	topP := fs.Float64("top-p", 1, "nucleus sampling mass, in (0, 1] (unset: generation_config.json's)")
+	topK := fs.Int("top-k", 0, "sample among the K most likely tokens; 0: all (unset: generation_config.json's, else 50 as in transformers)")
+	minP := fs.Float64("min-p", 0, "drop tokens less likely than min-p times the most likely (unset: generation_config.json's)")
 	seed := fs.Uint("seed", 0, "the request's random seed")
 	backend := fs.String("backend", "", "backend name or auto (default: $TENSORBRIDGE_BACKEND, else auto)")
 	asJSON := fs.Bool("json", false, "print only one JSON object: prompt_ids, token_ids, text, ttft_ms, tpot_ms")
@@ -94,6 +95,29 @@ func generate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	// Flags left unset take generation_config.json's defaults.
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var so llm.SamplingOptions
+	so.Seed = uint32(*seed)
+	if set["temperature"] {
+		so.Temperature = temperature
+	}
+	if set["top-p"] {
+		so.TopP = topP
+	}
+	if set["top-k"] {
+		so.TopK = topK
+	}
+	if set["min-p"] {
+		so.MinP = minP
+	}
+	sampling := cfg.Generation.Sampling(so)
+	if !set["max-tokens"] {
+		if n := cfg.Generation.MaxTokens(nil, len(ids), cfg.MaxPositions); n > 0 {
+			*maxTokens = n
+		}
+	}
 	// Only the context this request needs is compiled and cached.
 	want := pow2AtLeast(len(ids) + *maxTokens)
 	m, err := llm.Load(ctx, b, dir, llm.LoadOptions{Precision: config.Precision(sf.precision), MaxContext: min(want, cfg.MaxPositions), Quantize: quant})
@@ -121,8 +145,7 @@ func generate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		*maxTokens = room
 	}
 	start := time.Now()
-	ch, err := e.Generate(ctx, llm.Request{Prompt: ids, MaxTokens: *maxTokens, Sampling: llm.SamplingParams{
-		Temperature: float32(*temperature), TopK: *topK, TopP: float32(*topP), MinP: float32(*minP), Seed: uint32(*seed)}})
+	ch, err := e.Generate(ctx, llm.Request{Prompt: ids, MaxTokens: *maxTokens, Sampling: sampling})
 	if err != nil {
 		return err
 	}

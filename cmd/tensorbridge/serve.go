@@ -43,7 +43,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxReq := fs.Int("max-request-bytes", 512<<20, "largest request: REST body (413 beyond it) and gRPC message (ResourceExhausted)")
 	maxInflight := fs.Int64("max-inflight-bytes", 2<<30, "bytes all requests may hold at once (bodies and decoded tensors); a request that does not fit is answered 503 with Retry-After")
 	readHeaderTimeout := fs.Duration("read-header-timeout", 10*time.Second, "TLS handshake and request headers (REST), connection setup (gRPC)")
-	readTimeout := fs.Duration("read-timeout", 30*time.Second, "whole REST request, body included: a client trickling its body is cut off")
+	readTimeout := fs.Duration("read-timeout", 30*time.Second, "whole REST request, body included, and a gRPC request message: a client trickling its body or message is cut off")
 	writeTimeout := fs.Duration("write-timeout", 0, "REST request from its headers to the end of its response (default: read timeout + request timeout + 10s)")
 	idleTimeout := fs.Duration("idle-timeout", 30*time.Second, "a keep-alive REST connection with no request, or a gRPC connection with no RPC, is closed after this")
 	maxConns := fs.Int("max-connections", 10000, "open connections over the HTTP and gRPC ports together; more wait to be accepted (-1: no cap)")

@@ -44,7 +44,7 @@ import (
 // About 25 s on cpu for both data sets and all three axes (2 shared cores).
 //
 // Faults injected once to prove the test: dropping the "reduces over it"
-// refusal in (*padRun).reduce (onnx/padsafe.go) made 4 ONNX 1.12 cases
+// refusal in padReduce (onnx/padsafe.go) made 4 ONNX 1.12 cases
 // padded (test_reduce_mean_default_axes_keepdims_*,
 // test_reduce_sum_square_default_axes_keepdims_*), and the test failed on
 // each, naming the op and the difference (padded 23.875, exact 18.25);
