@@ -16,10 +16,9 @@ import (
 // outside the vocabulary. The token embedding and the LM head stay in the
 // compute precision: the embedding is a lookup (no matmul to fold a scale
 // into, and with tied embeddings it is also the head), and the head's
-// error goes straight into the logits that sampling reads, which is why
-// the common weight-only schemes (LLM.int8(), GPTQ, AWQ) leave it in
-// floating point too. Norms, biases and the rope tables are tiny and stay
-// as they are.
+// error would go straight into the logits that sampling reads, unmixed by
+// any later layer. Norms, biases and the rope tables are tiny and stay as
+// they are.
 //
 // How: at load, each [out, in] matrix is quantized symmetric per output
 // channel (row): scale = max|w| / 127 (float32), q = w / scale rounded
