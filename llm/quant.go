@@ -148,15 +148,30 @@ func quantizeRows(name string, w []float32, rows, cols int) (q []int8, scales []
 			}
 			amax = max(amax, float32(math.Abs(float64(v))))
 		}
-		scales[r] = amax / 127
+		scales[r] = rowScale(amax)
 		quantizeRow(q[r*cols:(r+1)*cols], row, scales[r])
 	}
 	return q, scales, nil
 }
 
+// rowScale is amax/127 in float32. Where that is subnormal and rounded
+// down (a row of weights under about 1.5e-36, found by FuzzQuantizeRows),
+// it is raised by one unit so that amax/scale stays within 127 and no
+// weight saturates: without that, amax = 190 × 2^-149 got the scale 2^-149
+// and its int8 saturated at 127, 63 steps off.
+func rowScale(amax float32) float32 {
+	s := amax / 127
+	if s < minNormalFloat32 && float64(s)*127 < float64(amax) {
+		s = math.Nextafter32(s, 1)
+	}
+	return s
+}
+
+// minNormalFloat32 is the smallest normal float32, 2^-126.
+const minNormalFloat32 = 0x1p-126
+
 // quantizeRow stores round-half-even(w / scale), saturated to [-127, 127],
-// in q; a zero scale (a row of zeros, or one so small that max|w|/127
-// underflows) gives zeros.
+// in q; a zero scale (a row of zeros) gives zeros.
 func quantizeRow(q []int8, w []float32, scale float32) {
 	for j, v := range w {
 		if scale == 0 {

@@ -20,7 +20,7 @@ import (
 // worked out by hand. The rows' maxima are 127 × a power of two, so each
 // scale is exact and every expected int8 is exact arithmetic.
 func TestQuantizeRows(t *testing.T) {
-	tiny := math.Float32frombits(1) // the smallest subnormal: max/127 underflows to 0
+	tiny := math.Float32frombits(1) // the smallest subnormal, 2^-149
 	cases := []struct {
 		name   string
 		w      []float32
@@ -36,8 +36,10 @@ func TestQuantizeRows(t *testing.T) {
 			[]int8{127, 0, 2, -2, 20}, []float32{0.5}},
 		{"zero row beside a non-zero row", []float32{0, 0, 0, 0, -508, 254, 2, -6}, 2,
 			[]int8{0, 0, 0, 0, -127, 64, 0, -2}, []float32{0, 4}},
-		{"underflowing scale gives zeros", []float32{tiny, -tiny}, 1,
-			[]int8{0, 0}, []float32{0}},
+		{"subnormal scale rounded up", []float32{tiny, -tiny}, 1, // 2^-149/127 rounds to 0
+			[]int8{1, -1}, []float32{tiny}},
+		{"subnormal row does not saturate", []float32{190 * tiny, -tiny}, 1, // 190/127 ulps rounds down to 1
+			[]int8{95, 0}, []float32{2 * tiny}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -499,4 +501,55 @@ func BenchmarkQuantMatVec(b *testing.B) {
 			}
 		})
 	}
+}
+
+// FuzzQuantizeRows: for any finite row, every int8 is within [-127, 127]
+// and q × scale is within half a step of the weight (the rounding bound;
+// the step is the row's scale), the row's largest |w| maps to ±127 where
+// the scale is a normal float32, and a non-finite value is a
+// *NonFiniteWeightError. Found: subnormal rows saturating (rowScale).
+func FuzzQuantizeRows(f *testing.F) {
+	f.Add([]byte{0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0}) // 1, -2
+	f.Add([]byte{1, 0, 0, 0, 0, 0, 0x80, 0x7f})    // smallest subnormal, +Inf
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		w := float32Values(raw)
+		if len(w) == 0 {
+			return
+		}
+		q, s, err := quantizeRows("w", w, 1, len(w))
+		finite := true
+		var amax float64
+		for _, v := range w {
+			finite = finite && !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0)
+			amax = math.Max(amax, math.Abs(float64(v)))
+		}
+		var nf *NonFiniteWeightError
+		if !finite {
+			if !errors.As(err, &nf) {
+				t.Fatalf("non-finite row: got %v", err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		step := float64(s[0])
+		for j, v := range w {
+			if q[j] < -127 {
+				t.Fatalf("q[%d] = %d", j, q[j])
+			}
+			if step == 0 {
+				if q[j] != 0 {
+					t.Fatalf("zero scale but q[%d] = %d", j, q[j])
+				}
+				continue
+			}
+			if d := math.Abs(float64(q[j])*step - float64(v)); d > step*(0.5+1e-6) {
+				t.Fatalf("w[%d] = %g: q %d × %g is %g off, more than half a step", j, v, q[j], step, d)
+			}
+			if math.Abs(float64(v)) == amax && step >= minNormalFloat32 && q[j] != 127 && q[j] != -127 {
+				t.Fatalf("the row's max |w| %g gave q %d", v, q[j])
+			}
+		}
+	})
 }
