@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/tensorbridge/tensorbridge"
 	"github.com/tensorbridge/tensorbridge/errs"
@@ -214,4 +216,54 @@ func TestMeshRefused(t *testing.T) {
 			t.Fatalf("got %v, want a *MeshError on devices = 1", err)
 		}
 	})
+}
+
+// BenchmarkGenerateMesh measures single-stream decode tokens/s of the
+// checkpoint in $TENSORBRIDGE_LLM_BENCH_DIR split over model=1, 2 and 4
+// of xla-cpu's 4 host devices (BENCHMARKS.md "Tensor-parallel
+// generation"): 64 new tokens after a 16-token prompt, context 256.
+func BenchmarkGenerateMesh(b *testing.B) {
+	dir := os.Getenv("TENSORBRIDGE_LLM_BENCH_DIR")
+	if dir == "" {
+		b.Skip("TENSORBRIDGE_LLM_BENCH_DIR not set")
+	}
+	be := meshBackend(b, 4)
+	ctx := context.Background()
+	prompt := make([]int, 16)
+	for i := range prompt {
+		prompt[i] = 2 + i
+	}
+	for _, M := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("model=%d", M), func(b *testing.B) {
+			m, err := Load(ctx, be, dir, LoadOptions{MaxContext: 256, Mesh: shard.Mesh{Data: 1, Model: M}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			e, err := NewEngine(ctx, m, EngineOptions{MaxSequences: 1, PrefillBuckets: []int{16}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Close()
+			for range b.N {
+				start := time.Now()
+				ch, err := e.Generate(ctx, Request{Prompt: prompt, MaxTokens: 64, IgnoreEOS: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				var first time.Time
+				for tk := range ch {
+					if first.IsZero() && tk.ID >= 0 {
+						first = time.Now()
+					}
+					if tk.Err != nil {
+						b.Fatal(tk.Err)
+					}
+				}
+				b.ReportMetric(63/time.Since(first).Seconds(), "tokens/s")
+				b.ReportMetric(float64(first.Sub(start).Milliseconds()), "ttft-ms")
+				b.ReportMetric(float64(m.WeightBytesPerDevice())/(1<<20), "MiB/device")
+			}
+		})
+	}
 }
