@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomlx/gomlx/backends"
 	"github.com/tensorbridge/tensorbridge"
 	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"github.com/tensorbridge/tensorbridge/ir"
+	"github.com/tensorbridge/tensorbridge/pjrt"
 	"github.com/tensorbridge/tensorbridge/shard"
 )
 
@@ -35,7 +37,8 @@ func meshBackend(t testing.TB, n int) *tensorbridge.Backend {
 // logits match transformers' within logitsTolerance and greedy generation
 // gives exactly its token ids (48, or fewer where transformers stopped at
 // an end-of-sequence id), the prompts running together in the continuous
-// batch.
+// batch. Injected fault: every device given mesh position 0's KV cache
+// share in runStepMesh made all 5 llama prompts' ids differ.
 func TestMeshAgainstTransformers(t *testing.T) {
 	root := fixtureDir(t)
 	b := meshBackend(t, 2)
@@ -109,7 +112,8 @@ func TestMeshAgainstTransformers(t *testing.T) {
 // (the projections, embeddings and head) and the whole of the replicated
 // ones (norms, rope tables), counted from the buffers each device holds
 // against the sizes config.json implies; the KV cache's share per device
-// is 1/M of its KV heads.
+// is 1/M of its KV heads. Injected fault: lm_head replicated (a rule
+// lm_head\.weight$=r) made each device hold 300288 bytes against 251136.
 func TestMeshWeightsPerDevice(t *testing.T) {
 	root := fixtureDir(t)
 	b := meshBackend(t, 2)
@@ -145,6 +149,8 @@ func TestMeshWeightsPerDevice(t *testing.T) {
 			if got, whole := m.WeightBytes(), int64(4*(split+repl)); got != whole {
 				t.Errorf("WeightBytes = %d, want %d", got, whole)
 			}
+			// The runtime's own figure: PJRT's on-device size of each
+			// buffer a device holds.
 			for dev := range M {
 				var held int64
 				for _, w := range m.deviceWeights(dev) {
@@ -152,7 +158,7 @@ func TestMeshWeightsPerDevice(t *testing.T) {
 					if err != nil || int(on) != m.tp.devices[dev] {
 						t.Fatalf("mesh position %d: a weight on device %v (%v), want %d", dev, on, err, m.tp.devices[dev])
 					}
-					held += int64(w.Shape().Memory())
+					held += onDeviceSize(t, b, w, on)
 				}
 				if held != want {
 					t.Errorf("device %d holds %d bytes of weights, want %d (1/%d of %d split + %d replicated)", dev, held, want, M, 4*split, 4*repl)
@@ -165,7 +171,11 @@ func TestMeshWeightsPerDevice(t *testing.T) {
 			defer e.Close()
 			_, _, cacheBytes := e.Capacity()
 			for dev, kc := range append([]*ir.Tensor{e.kc}, e.tp.kc...) {
-				if got := 2 * int64(kc.Shape().Memory()); got != cacheBytes/M {
+				on, err := kc.Device()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := 2 * onDeviceSize(t, b, kc, on); got != cacheBytes/M {
 					t.Errorf("device %d holds %d bytes of KV cache, want %d of %d", dev, got, cacheBytes/M, cacheBytes)
 				}
 			}
@@ -173,10 +183,29 @@ func TestMeshWeightsPerDevice(t *testing.T) {
 	}
 }
 
+// onDeviceSize is what PJRT reports t's buffer on device dev takes.
+func onDeviceSize(t *testing.T, b *tensorbridge.Backend, x *ir.Tensor, dev backends.DeviceNum) int64 {
+	t.Helper()
+	buf, err := x.Buffer(b.Engine(), dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, ok := buf.(*pjrt.Buffer)
+	if !ok {
+		t.Fatalf("buffer is a %T, not a PJRT buffer", buf)
+	}
+	n, err := pb.PJRT().OnDeviceSize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // TestMeshRefused: a mesh the checkpoint cannot be split over is refused
 // before anything is placed, by a *MeshError naming the config value.
-// Injected fault: without checkMesh's head-count check, model=4 on the
-// llama fixture (2 KV heads) got past Load and failed later.
+// Injected fault: without checkMesh's num_key_value_heads check, model=4
+// on the llama fixture (2 KV heads of 16) loaded: k_proj's 32 rows split
+// into half heads.
 func TestMeshRefused(t *testing.T) {
 	root := fixtureDir(t)
 	b := meshBackend(t, 4)
