@@ -139,7 +139,7 @@ func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err e
 			if err != nil {
 				return nil, err
 			}
-			budget = int64(bud.Available)
+			budget = int64(bud.Available) * int64(m.Mesh().Model) // over a mesh each device holds 1/M of the cache
 		}
 	}
 	maxSeq := o.MaxSequences
