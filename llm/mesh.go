@@ -66,6 +66,12 @@ func (e *MeshError) Error() string {
 // Is makes a MeshError match errs.ErrInvalidInput.
 func (e *MeshError) Is(target error) bool { return target == errs.ErrInvalidInput }
 
+// normMesh reads an axis size below 1 (shard.Mesh{Model: 2}'s data axis)
+// as 1.
+func normMesh(m shard.Mesh) shard.Mesh {
+	return shard.Mesh{Data: max(1, m.Data), Model: max(1, m.Model)}
+}
+
 // checkMesh refuses a mesh the model cannot be split over, before
 // anything is placed.
 func checkMesh(b *tensorbridge.Backend, dir string, c *Config, mesh shard.Mesh) error {

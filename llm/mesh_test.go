@@ -122,7 +122,7 @@ func TestMeshWeightsPerDevice(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(root, name)
 			const M = 2
-			m, err := Load(ctx, b, dir, LoadOptions{Mesh: shard.Mesh{Data: 1, Model: M}, MaxContext: 64})
+			m, err := Load(ctx, b, dir, LoadOptions{Mesh: shard.Mesh{Model: M}, MaxContext: 64}) // data axis left 0: read as 1
 			if err != nil {
 				t.Fatal(err)
 			}

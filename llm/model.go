@@ -13,8 +13,9 @@ import (
 	"github.com/tensorbridge/tensorbridge/shard"
 )
 
-// Model is a checkpoint's decoder placed on a backend's device 0: its
-// config and its weights as device buffers, which it owns.
+// Model is a checkpoint's decoder placed on a backend's device 0 (or
+// split over a mesh of devices, LoadOptions.Mesh): its config and its
+// weights as device buffers, which it owns.
 type Model struct {
 	Config *Config
 	Dir    string
@@ -74,11 +75,11 @@ func Load(ctx context.Context, b *tensorbridge.Backend, dir string, o LoadOption
 	if err := checkTensors(dir, cfg, ct); err != nil {
 		return nil, err
 	}
-	if o.Mesh.Devices() > 1 {
-		if err := checkMesh(b, dir, cfg, o.Mesh); err != nil {
+	if mesh := normMesh(o.Mesh); mesh.Devices() > 1 {
+		if err := checkMesh(b, dir, cfg, mesh); err != nil {
 			return nil, err
 		}
-		ws, tp, err := placeWeightsMesh(ctx, b, dir, cfg, ct, dt, ctxLen, o.Mesh)
+		ws, tp, err := placeWeightsMesh(ctx, b, dir, cfg, ct, dt, ctxLen, mesh)
 		if err != nil {
 			return nil, err
 		}
