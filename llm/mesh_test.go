@@ -31,29 +31,39 @@ func meshBackend(t testing.TB, n int) *tensorbridge.Backend {
 	return b
 }
 
-// TestMeshAgainstTransformers: split tensor-parallel over model=2 (the
-// fixtures have 4 query and 2 key-value heads, so 2 is the widest mesh
-// they allow; model=4 is refused below), every architecture's prompt
-// logits match transformers' within logitsTolerance and greedy generation
-// gives exactly its token ids (48, or fewer where transformers stopped at
-// an end-of-sequence id), the prompts running together in the continuous
-// batch. Injected fault: every device given mesh position 0's KV cache
-// share in runStepMesh made all 5 llama prompts' ids differ.
+// TestMeshAgainstTransformers: split tensor-parallel over model=M, every
+// architecture's prompt logits match transformers' within logitsTolerance
+// and greedy generation gives exactly its token ids (48, or fewer where
+// transformers stopped at an end-of-sequence id), the prompts running
+// together in the continuous batch. The four architecture fixtures have 4
+// query and 2 key-value heads, so model=2 is the widest mesh they allow
+// (model=4 is refused, TestMeshRefused); llama-tp4 (8 and 4 heads) runs
+// over model=2 and model=4. Injected fault: every device given mesh
+// position 0's KV cache share in runStepMesh made all 5 llama prompts'
+// ids differ.
 func TestMeshAgainstTransformers(t *testing.T) {
 	root := fixtureDir(t)
-	b := meshBackend(t, 2)
+	b := meshBackend(t, 4)
 	ctx := context.Background()
-	for _, name := range fixtureModels {
-		t.Run(name, func(t *testing.T) {
+	cases := []struct {
+		name string
+		M    int
+	}{{"llama", 2}, {"mistral", 2}, {"qwen2", 2}, {"qwen3", 2}, {"llama-tp4", 2}, {"llama-tp4", 4}}
+	for _, tc := range cases {
+		name := tc.name
+		t.Run(fmt.Sprintf("%s/model=%d", name, tc.M), func(t *testing.T) {
 			dir := filepath.Join(root, name)
+			if _, err := os.Stat(filepath.Join(dir, "reference.json")); err != nil {
+				testreq.Skipf(t, "fixture %s not installed (scripts/setup-llm-fixtures.sh makes it): %v", name, err)
+			}
 			ref := readReference(t, dir)
-			m, err := Load(ctx, b, dir, LoadOptions{Mesh: shard.Mesh{Data: 1, Model: 2}})
+			m, err := Load(ctx, b, dir, LoadOptions{Mesh: shard.Mesh{Data: 1, Model: tc.M}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			if got := m.Mesh(); got.Model != 2 {
-				t.Fatalf("model on mesh %s, want model=2", got)
+			if got := m.Mesh(); got.Model != tc.M {
+				t.Fatalf("model on mesh %s, want model=%d", got, tc.M)
 			}
 			for _, n := range m.MeshNotes() {
 				t.Log(n)
