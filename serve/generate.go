@@ -468,7 +468,8 @@ func (s *Server) loadGenerators(ctx context.Context) error {
 		s.gens[g.name] = g
 		s.genOrder = append(s.genOrder, g.name)
 		s.log.Info("generator loaded", "model", g.name, "dir", g.dir, "architecture", g.model.Config.Architecture,
-			"dtype", g.model.DType().String(), "weight_bytes", g.model.WeightBytes(), "context", g.context)
+			"dtype", g.model.DType().String(), "weight_bytes", g.model.WeightBytes(), "context", g.context,
+			"mesh", g.model.Mesh().String(), "weight_bytes_per_device", g.model.WeightBytesPerDevice())
 	}
 	return nil
 }
