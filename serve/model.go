@@ -99,6 +99,7 @@ type model struct {
 	sizes      []int // the batch dimension's bucket sizes up to maxBatch
 	buckets    config.Buckets
 	q          *queue
+	est        *runEstimate // how long a run takes, for admission and shedding
 	met        *modelMetrics
 	ready      atomic.Bool
 	log        *slog.Logger
