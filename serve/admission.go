@@ -39,12 +39,6 @@ func (e *runEstimate) observe(d time.Duration) {
 	e.mean += (x - e.mean) / 8
 }
 
-// runTime returns the mean run time (0 until the first run).
-func (e *runEstimate) runTime() time.Duration {
-	t, _ := e.get()
-	return time.Duration(t * float64(time.Second))
-}
-
 // get returns the mean run time and its deviation, in seconds.
 func (e *runEstimate) get() (float64, float64) {
 	e.mu.Lock()

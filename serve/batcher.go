@@ -38,11 +38,6 @@ type queue struct {
 	max   int
 	wake  chan struct{}
 	depth func(int) // reports the depth after each change
-	// runTime is the expected time of one run (nil or 0: unknown); a
-	// request with less than that left before its deadline is not run
-	// while others wait (see shedLate).
-	runTime func() time.Duration
-	model   string // named in the errors of shed requests
 }
 
 func newQueue(max int, depth func(int)) *queue {
@@ -87,7 +82,6 @@ func (q *queue) next(stop <-chan struct{}, merge bool, maxBatch int, delay time.
 	for {
 		q.mu.Lock()
 		q.dropDeparted()
-		q.shedLate(maxBatch)
 		if len(q.items) == 0 {
 			q.mu.Unlock()
 			select {
@@ -170,37 +164,6 @@ func (q *queue) dropDeparted() {
 	}
 }
 
-// shedLate answers, with a TimeoutError, the queued requests that have
-// less time left before their deadline than one run takes, as long as
-// more than a batch of other requests waits: such a request would most
-// likely be answered late, and running it would take device time from
-// requests that can still be answered in time. When few wait it is run
-// anyway, so that run times keep being measured. q.mu is held.
-func (q *queue) shedLate(maxBatch int) {
-	if q.runTime == nil || len(q.items) <= max(maxBatch, 1) {
-		return
-	}
-	t := q.runTime()
-	if t <= 0 {
-		return
-	}
-	now := time.Now()
-	kept := q.items[:0]
-	for i, p := range q.items {
-		dl, ok := p.ctx.Deadline()
-		if ok && dl.Sub(now) < t && len(q.items)-i > maxBatch {
-			p.done <- result{err: &TimeoutError{Model: q.model, After: now.Sub(p.enq), Queued: true}}
-			continue
-		}
-		kept = append(kept, p)
-	}
-	if len(kept) != len(q.items) {
-		clear(q.items[len(kept):])
-		q.items = kept
-		q.depth(len(q.items))
-	}
-}
-
 // drain empties the queue, answering every request with err.
 func (q *queue) drain(err error) {
 	q.mu.Lock()
@@ -274,12 +237,6 @@ func (m *model) runBatch(r *replica, batch []*pending) {
 		m.met.queue.Observe(start.Sub(p.enq).Seconds())
 	}
 	outs, err := m.runMerged(r, batch)
-	if err == nil && m.est != nil {
-		// Every run that ran is measured, whether or not its callers
-		// still wait: measuring at the callers would miss exactly the
-		// slow runs whose callers timed out.
-		defer func() { m.est.observe(time.Since(start)) }()
-	}
 	if err != nil && len(batch) > 1 && errs.KindOf(err) == errs.InvalidArgument {
 		for _, p := range batch {
 			o, e := m.runMerged(r, []*pending{p})

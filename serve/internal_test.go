@@ -2,7 +2,6 @@ package serve
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -130,60 +129,6 @@ func TestQueueNext(t *testing.T) {
 	q.next(stop, true, 8, 30*time.Millisecond, nil)
 	if d := time.Since(start); d < 25*time.Millisecond {
 		t.Fatalf("a lone request ran after %s, before the 30ms queue delay", d)
-	}
-}
-
-// Shedding at dispatch: with a run taking an hour, a request whose
-// deadline comes sooner is answered with a TimeoutError instead of being
-// run while more than a batch of others waits behind it; requests without
-// a deadline or with more time left are run, and so is everything when no
-// more than a batch waits (the run time keeps being measured). Proved
-// once by leaving shedLate out of next: the doomed requests ran.
-func TestQueueShedsLate(t *testing.T) {
-	const maxBatch = 2
-	soon, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	later, cancel2 := context.WithTimeout(context.Background(), 2*time.Hour)
-	defer cancel2()
-	mk := func(c context.Context) *pending {
-		return &pending{ctx: c, key: "a", rows: 1, enq: time.Now(), done: make(chan result, 1)}
-	}
-	cases := []struct {
-		name    string
-		runTime time.Duration
-		ctxs    []context.Context
-		shed    []bool
-	}{
-		{"unknown run time", 0, []context.Context{soon, soon, soon, soon}, []bool{false, false, false, false}},
-		{"few waiting", time.Hour, []context.Context{soon, soon}, []bool{false, false}},
-		{"doomed ahead of others", time.Hour,
-			[]context.Context{soon, context.Background(), soon, later, soon, soon},
-			[]bool{true, false, true, false, false, false}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			q := newQueue(16, func(int) {})
-			q.runTime = func() time.Duration { return c.runTime }
-			ps := make([]*pending, len(c.ctxs))
-			for i, ctx := range c.ctxs {
-				ps[i] = mk(ctx)
-				q.push(ps[i])
-			}
-			stop := make(chan struct{})
-			ran := map[*pending]bool{}
-			for len(q.items) > 0 {
-				for _, p := range q.next(stop, true, maxBatch, 0, nil) {
-					ran[p] = true
-				}
-			}
-			for i, p := range ps {
-				var te *TimeoutError
-				shed := len(p.done) == 1 && errors.As((<-p.done).err, &te) && te.Queued
-				if shed != c.shed[i] || shed == ran[p] {
-					t.Errorf("request %d: shed %v, ran %v; want shed %v", i, shed, ran[p], c.shed[i])
-				}
-			}
-		})
 	}
 }
 

@@ -99,7 +99,6 @@ type model struct {
 	sizes      []int // the batch dimension's bucket sizes up to maxBatch
 	buckets    config.Buckets
 	q          *queue
-	est        *runEstimate // how long a run takes, for admission and shedding
 	met        *modelMetrics
 	ready      atomic.Bool
 	log        *slog.Logger

@@ -218,9 +218,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		}
 		m.met = s.met.forModel(m)
 		m.q = newQueue(m.cfg.MaxQueueSize, func(n int) { m.met.depth.Set(float64(n)) })
-		m.est = &runEstimate{}
-		m.q.runTime, m.q.model = m.est.runTime, m.name
-		s.est[m] = m.est
+		s.est[m] = &runEstimate{}
 		s.models[m.name] = m
 		s.order = append(s.order, m.name)
 		s.health.SetServingStatus(m.name, healthpb.HealthCheckResponse_NOT_SERVING)
@@ -537,6 +535,9 @@ func (s *Server) infer(ctx context.Context, m *model, req *InferRequest, start t
 	var res result
 	select {
 	case res = <-p.done:
+		if res.err == nil {
+			est.observe(time.Since(p.enq) - res.queued)
+		}
 	case <-ctx.Done():
 		// The batcher drops the request if it is still queued; a run
 		// already under way finishes for the others and its answer here
