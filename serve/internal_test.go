@@ -3,7 +3,6 @@ package serve
 import (
 	"context"
 	"fmt"
-	"math"
 	"testing"
 	"time"
 
@@ -130,37 +129,6 @@ func TestQueueNext(t *testing.T) {
 	q.next(stop, true, 8, 30*time.Millisecond, nil)
 	if d := time.Since(start); d < 25*time.Millisecond {
 		t.Fatalf("a lone request ran after %s, before the 30ms queue delay", d)
-	}
-}
-
-// The admission margin's feedback, in exact arithmetic: a miss raises it
-// by marginUp; at the target miss rate (1 in 50) the margin comes back to
-// where it was; it stays within [marginMin, marginMax]. Proved once by
-// giving marginDown the rate of a 10% target: the round trip failed.
-func TestAdmissionMargin(t *testing.T) {
-	const eps = 1e-12
-	cases := []struct {
-		name   string
-		misses []bool
-		want   float64
-	}{
-		{"start", nil, marginStart},
-		{"one miss", []bool{true}, marginStart * marginUp},
-		{"one in fifty", append([]bool{true}, make([]bool, 49)...), marginStart},
-		{"all in time", make([]bool, 1000), marginMin},
-		{"all missed", []bool{true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true},
-			marginMax},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			var e runEstimate
-			for _, m := range c.misses {
-				e.missed(m)
-			}
-			if got := e.getMargin(); math.Abs(got-c.want) > eps {
-				t.Fatalf("margin %v, want %v", got, c.want)
-			}
-		})
 	}
 }
 

@@ -521,8 +521,7 @@ func (s *Server) infer(ctx context.Context, m *model, req *InferRequest, start t
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	est := s.est[m]
-	judged, err := s.admit(m, ctx, est)
-	if err != nil {
+	if err := s.admit(m, ctx, est); err != nil {
 		return nil, err
 	}
 	p, err := m.prepare(req.Inputs)
@@ -538,14 +537,8 @@ func (s *Server) infer(ctx context.Context, m *model, req *InferRequest, start t
 	case res = <-p.done:
 		if res.err == nil {
 			est.observe(time.Since(p.enq) - res.queued)
-			if judged {
-				est.missed(ctx.Err() != nil)
-			}
 		}
 	case <-ctx.Done():
-		if judged && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			est.missed(true)
-		}
 		// The batcher drops the request if it is still queued; a run
 		// already under way finishes for the others and its answer here
 		// is discarded.
