@@ -41,6 +41,10 @@ type Executable struct {
 
 	mu sync.RWMutex // held shared by each run, exclusively by Close
 	g  *ir.Graph    // nil once closed
+
+	// spmd is the sharded program's state (exec_spmd.go); nil for a
+	// one-device program.
+	spmd *spmdState
 }
 
 // Compile builds fn for inputs of the given shapes and compiles it. When ctx

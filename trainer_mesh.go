@@ -2,13 +2,11 @@ package tensorbridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sync"
 	"time"
 
-	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/distributed"
-	"github.com/gomlx/gomlx/pkg/core/graph"
 
 	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/ir"
@@ -20,7 +18,8 @@ import (
 //
 // The step program is the one-device program (Trainer.buildProgram) built
 // as one SPMD program over the D x M devices with XLA's partitioner
-// (Shardy, as shard.Build does for inference): the batch inputs are split
+// (Shardy; built by Backend.CompileSharded, as tensor-parallel generation
+// in package llm is, and run by Executable.RunSharded): the batch inputs are split
 // over the data axis on their first dimension, the hyper-parameters
 // replicated, and each weight with its optimizer state stored as the
 // strategy says (planStorage): replicated (dp), split over the data axis
@@ -65,9 +64,8 @@ func (tm *trainMesh) sharded() bool {
 // meshExec is a compiled data-parallel step for one input shape.
 type meshExec struct {
 	*trainExec
-	g      *ir.Graph
+	prog   *Executable  // from CompileSharded (exec_spmd.go)
 	splits []shard.Plan // per argument
-	run    sync.Mutex   // GoMLX graphs: one execution at a time
 }
 
 // newTrainMesh checks the mesh against the strategy, the backend and the
@@ -264,10 +262,9 @@ func (tm *trainMesh) release() {
 	}
 	tm.replicas = nil
 	for k, e := range tm.execs {
-		e.run.Lock()
-		safeFinalize(e.g)
-		e.g = nil
-		e.run.Unlock()
+		if e.prog != nil {
+			_ = e.prog.Close()
+		}
 		delete(tm.execs, k)
 	}
 }
@@ -318,33 +315,22 @@ func (t *Trainer) meshExec(ctx context.Context, mb map[string]*ir.Tensor, k int)
 	return e, nil
 }
 
-// compileMesh builds the step as one SPMD program over the mesh.
-func (t *Trainer) compileMesh(e *meshExec, k int) (err error) {
+// compileMesh builds the step as one SPMD program over the mesh
+// (Backend.CompileSharded): weights and state stored as planned, batch
+// inputs split over the data axis, the hyper-parameters replicated; the
+// new weights and state come out stored as the old, loss and norm
+// replicated.
+func (t *Trainer) compileMesh(e *meshExec, k int) error {
 	tm := t.mesh
-	g := ir.NewGraph(t.b.drv.Engine(), "train-"+tm.name()+":"+t.m.path)
-	defer func() {
-		if r := recover(); r != nil {
-			err = &errs.CompileError{Backend: t.b.Name(), Program: "train-" + tm.name() + ":" + t.m.path, Err: fmt.Errorf("%v", r)}
-		}
-		if err != nil {
-			safeFinalize(g)
-		}
-	}()
-	if err := g.SetAutoSharding(tm.dm); err != nil {
-		return err
-	}
-	devs := make([]backends.DeviceNum, tm.mesh.Devices())
+	name := "train-" + tm.name() + ":" + t.m.path
+	devs := make([]int, tm.mesh.Devices())
 	for i := range devs {
-		devs[i] = backends.DeviceNum(i)
-	}
-	if err := g.SetDeviceAssignment(devs); err != nil {
-		return err
+		devs[i] = i
 	}
 	shapes := t.argShapes(e.trainExec, k, false)
 	n := len(t.params) * (1 + len(t.slots))
 	perBatch := len(shapes) - n - 1
-	l := shard.Layout{Mesh: tm.dm}
-	in := make([]*ir.Node, len(shapes))
+	e.splits = nil
 	for i, s := range shapes {
 		pl := make(shard.Plan, s.Rank()) // replicated
 		switch {
@@ -354,28 +340,20 @@ func (t *Trainer) compileMesh(e *meshExec, k int) (err error) {
 			pl = shard.Batch(s.Dimensions, tm.mesh.Data)
 		}
 		e.splits = append(e.splits, pl)
-		spec, err := l.Spec(pl)
-		if err != nil {
-			return err
-		}
-		in[i] = graph.ShardedParameter(g, fmt.Sprintf("arg%d", i), s, spec)
 	}
-	outs, err := t.buildProgram(g, in, e.trainExec, k, false)
+	outPlans := make([]shard.Plan, n+2) // loss and norm: replicated
+	copy(outPlans, tm.splits[:n])
+	prog, err := t.b.CompileSharded(context.Background(), name, tm.mesh, devs, func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+		return t.buildProgram(g, in, e.trainExec, k, false)
+	}, shapes, e.splits, outPlans)
 	if err != nil {
-		return err
-	}
-	specs := make([]*distributed.ShardingSpec, len(outs))
-	for i, o := range outs {
-		pl := make(shard.Plan, o.Rank())
-		if i < n {
-			pl = tm.splits[i]
-		}
-		if specs[i], err = l.Spec(pl); err != nil {
+		var ce *errs.CompileError
+		if errors.As(err, &ce) || errs.KindOf(err) != errs.Unknown {
 			return err
 		}
+		return &errs.CompileError{Backend: t.b.Name(), Program: name, Err: err}
 	}
-	g.CompileWithSharding(outs, specs)
-	e.g = g
+	e.prog = prog
 	return nil
 }
 
@@ -389,16 +367,19 @@ func (t *Trainer) stepMesh(e *meshExec, args []*ir.Tensor) (loss, norm *ir.Tenso
 	D := tm.devices()
 	n := len(t.params) * (1 + len(t.slots))
 	per := len(args)
-	all := make([]any, per*D)
+	all := make([][]*ir.Tensor, D)
+	for d := range all {
+		all[d] = make([]*ir.Tensor, per)
+	}
 	var temps []*ir.Tensor
 	defer func() { freeAll(temps) }()
 	l := shard.Layout{Mesh: tm.dm}
 	for i, a := range args {
 		switch {
 		case i < n:
-			all[i] = a
+			all[0][i] = a
 			for d := 1; d < D; d++ {
-				all[d*per+i] = tm.replicas[d-1][i]
+				all[d][i] = tm.replicas[d-1][i]
 			}
 		case e.splits[i].Split():
 			spec, err := l.Spec(e.splits[i])
@@ -410,60 +391,43 @@ func (t *Trainer) stepMesh(e *meshExec, args []*ir.Tensor) (loss, norm *ir.Tenso
 				return nil, nil, 0, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "shape", Expected: "a batch the data axis divides", Got: err.Error()}
 			}
 			for d, sh := range dt.Shards() {
-				c, err := sh.LocalClone()
-				if err != nil {
-					return nil, nil, 0, err
-				}
-				temps = append(temps, c)
-				all[d*per+i] = c
+				temps = append(temps, sh)
+				all[d][i] = sh
 			}
-		default: // replicated host values (the hyper-parameters): a copy per device, since GoMLX moves a host tensor to the device of its first use
+		default: // replicated host values (the hyper-parameters): RunSharded copies them to each device
 			for d := range D {
-				c, err := a.LocalClone()
-				if err != nil {
-					return nil, nil, 0, err
-				}
-				temps = append(temps, c)
-				all[d*per+i] = c
+				all[d][i] = a
 			}
 		}
 	}
 	start := time.Now()
-	res, err := e.execute(t.b.Name(), all)
+	outs, err := e.prog.RunSharded(context.Background(), all)
 	ran = time.Since(start)
 	if err != nil {
 		return nil, nil, ran, err
 	}
-	outs := len(res) / D
-	if outs != n+2 {
-		freeAll(res)
+	if len(outs[0]) != n+2 {
+		for _, o := range outs {
+			freeAll(o)
+		}
 		return nil, nil, ran, &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "train step",
-			Err: fmt.Errorf("%d results from %d devices, want %d each", len(res), D, n+2)}
+			Err: fmt.Errorf("%d results per device, want %d", len(outs[0]), n+2)}
 	}
 	// Device 0's new weights and state replace Trainer's; the others the replicas.
 	old := t.deviceZero()
 	nw := len(t.params)
+	res := outs[0]
 	t.weights = res[:nw]
 	for s := range t.state {
 		t.state[s] = res[nw*(1+s) : nw*(2+s)]
 	}
 	for d := 1; d < D; d++ {
 		old = append(old, tm.replicas[d-1]...)
-		tm.replicas[d-1] = res[d*outs : d*outs+n]
-		freeAll(res[d*outs+n : (d+1)*outs]) // their loss and norm: device 0's are read
+		tm.replicas[d-1] = outs[d][:n]
+		freeAll(outs[d][n:]) // their loss and norm: device 0's are read
 	}
 	freeAll(old)
 	return res[n], res[n+1], ran, nil
-}
-
-func (e *meshExec) execute(backend string, args []any) (res []*ir.Tensor, err error) {
-	e.run.Lock()
-	defer e.run.Unlock()
-	if e.g == nil {
-		return nil, &errs.Error{Kind: errs.FailedPrecondition, Backend: backend, Op: "train step", Err: ErrClosed}
-	}
-	defer recoverInto(&err, backend, "running a data-parallel training step")
-	return e.g.Run(args...), nil
 }
 
 // evalWeights returns device 0's whole weights for the one-device

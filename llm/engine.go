@@ -101,7 +101,8 @@ type Engine struct {
 	dBuckets   []int
 	compiles   atomic.Int64
 	stats      stepStats
-	scatter    bool // cache writes by ScatterUpdate (cpu backend)
+	scatter    bool      // cache writes by ScatterUpdate (cpu backend)
+	tp         *engineTP // the other devices' cache shares with a mesh (mesh.go)
 
 	queue   chan *seq
 	closing chan struct{}
@@ -138,7 +139,7 @@ func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err e
 			if err != nil {
 				return nil, err
 			}
-			budget = int64(bud.Available)
+			budget = int64(bud.Available) * int64(m.Mesh().Model) // over a mesh each device holds 1/M of the cache
 		}
 	}
 	maxSeq := o.MaxSequences
@@ -209,6 +210,9 @@ func isCPU(b *tensorbridge.Backend) bool {
 
 // allocCache places zeroed K and V caches on the device.
 func (e *Engine) allocCache() error {
+	if e.m.tp != nil {
+		return e.allocCacheMesh()
+	}
 	for _, p := range []**ir.Tensor{&e.kc, &e.vc} {
 		h, err := ir.NewHostTensor(e.cacheShape.DType, e.cacheShape.Dimensions...)
 		if err != nil {
@@ -343,6 +347,7 @@ func (e *Engine) release() {
 		}
 	}
 	e.kc, e.vc = nil, nil
+	e.releaseMesh()
 }
 
 // loop is the engine's goroutine.

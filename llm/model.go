@@ -10,10 +10,12 @@ import (
 	"github.com/tensorbridge/tensorbridge/config"
 	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/ir"
+	"github.com/tensorbridge/tensorbridge/shard"
 )
 
-// Model is a checkpoint's decoder placed on a backend's device 0: its
-// config and its weights as device buffers, which it owns.
+// Model is a checkpoint's decoder placed on a backend's device 0 (or
+// split over a mesh of devices, LoadOptions.Mesh): its config and its
+// weights as device buffers, which it owns.
 type Model struct {
 	Config *Config
 	Dir    string
@@ -25,7 +27,8 @@ type Model struct {
 	weightBytes int64
 
 	mu      sync.Mutex
-	weights []*ir.Tensor // nil once closed
+	weights []*ir.Tensor // nil once closed; mesh position 0's with a mesh
+	tp      *tpModel     // nil on one device (mesh.go)
 }
 
 // LoadOptions tune Load.
@@ -36,6 +39,10 @@ type LoadOptions struct {
 	// MaxContext caps the context length (default and upper bound: the
 	// config's max_position_embeddings).
 	MaxContext int
+	// Mesh, with a model axis over more than one device, splits the
+	// weights and the KV cache tensor-parallel over that many devices
+	// (mesh.go); a data axis is refused.
+	Mesh shard.Mesh
 	// Quantize stores the layers' linear projections as int8 with a
 	// float32 scale per output channel (quant.go); QuantNone keeps them in
 	// Precision.
@@ -75,6 +82,23 @@ func Load(ctx context.Context, b *tensorbridge.Backend, dir string, o LoadOption
 	if err := checkTensors(dir, cfg, ct); err != nil {
 		return nil, err
 	}
+	if mesh := normMesh(o.Mesh); mesh.Devices() > 1 {
+		if cfg.quantized() {
+			return nil, &QuantizedMeshError{Quantize: cfg.quant, Mesh: mesh}
+		}
+		if err := checkMesh(b, dir, cfg, mesh); err != nil {
+			return nil, err
+		}
+		ws, tp, err := placeWeightsMesh(ctx, b, dir, cfg, ct, dt, ctxLen, mesh)
+		if err != nil {
+			return nil, err
+		}
+		var whole int64
+		for _, s := range tp.shapes {
+			whole += int64(s.Memory())
+		}
+		return &Model{Config: cfg, Dir: dir, b: b, dtype: dt, maxContext: ctxLen, weightBytes: whole, weights: ws, tp: tp}, nil
+	}
 	if err := checkWeightsFit(ctx, b, cfg, dt, dir); err != nil {
 		return nil, err
 	}
@@ -91,7 +115,8 @@ func (m *Model) MaxContext() int { return m.maxContext }
 // DType is the weights' and activations' element type.
 func (m *Model) DType() ir.DType { return m.dtype }
 
-// WeightBytes is the device memory the weights take.
+// WeightBytes is the device memory the weights take (over all devices of
+// a mesh, each split weight counted once).
 func (m *Model) WeightBytes() int64 { return m.weightBytes }
 
 // Backend is the backend the model is placed on.
@@ -103,12 +128,16 @@ func (m *Model) Close() error {
 	defer m.mu.Unlock()
 	freeAll(m.weights)
 	m.weights = nil
+	m.tp.release()
 	return nil
 }
 
 // weightShapes are the shapes of the weight parameters every program
 // starts with.
 func (m *Model) weightShapes() []ir.Shape {
+	if m.tp != nil { // the whole shapes, not device 0's shares
+		return append([]ir.Shape(nil), m.tp.shapes...)
+	}
 	out := make([]ir.Shape, len(m.weights))
 	for i, w := range m.weights {
 		out[i] = w.Shape()
@@ -126,13 +155,17 @@ func (m *Model) PromptLogits(ctx context.Context, ids []int) ([]float32, error) 
 	c := m.Config
 	n := len(ids)
 	shapes := append(m.weightShapes(), ir.MakeShape(ir.Int32, 1, n))
-	exe, err := m.b.Compile(ctx, fmt.Sprintf("llm-logits-%d", n), func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+	fn := func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
 		w := newNetWeights(c, in)
 		tokens := in[len(in)-1]
 		pos := Iota(g, ir.MakeShape(ir.Int32, 1, n), 1)
 		h, _, _ := step(c, w, tokens, pos, nil)
 		return []*ir.Node{logits(w, h)}, nil
-	}, shapes...)
+	}
+	if m.tp != nil {
+		return m.promptLogitsMesh(ctx, fmt.Sprintf("llm-logits-%d", n), fn, shapes[len(shapes)-1], ids)
+	}
+	exe, err := m.b.Compile(ctx, fmt.Sprintf("llm-logits-%d", n), fn, shapes...)
 	if err != nil {
 		return nil, err
 	}

@@ -72,6 +72,9 @@ func (e *Engine) compileDecode(ctx context.Context, b int) (*tensorbridge.Execut
 // compile compiles one program and counts it.
 func (e *Engine) compile(ctx context.Context, name string, fn tensorbridge.Func, shapes ...ir.Shape) (*tensorbridge.Executable, error) {
 	e.compiles.Add(1)
+	if e.m.tp != nil {
+		return e.compileMeshProgram(ctx, name, fn, shapes)
+	}
 	return e.m.b.Compile(ctx, name, fn, shapes...)
 }
 
@@ -125,6 +128,9 @@ func sampleTensors(rows []row, n int) ([]*ir.Tensor, error) {
 // engine's caches by the program's outputs and returns each row's token
 // and log-probability.
 func (e *Engine) runStep(ctx context.Context, exe *tensorbridge.Executable, blocks []*ir.Tensor, rows []row, n int) (toks []int, lps []float32, err error) {
+	if e.m.tp != nil {
+		return e.runStepMesh(ctx, exe, blocks, rows, n)
+	}
 	start := time.Now()
 	var inProgram time.Duration
 	defer func() { e.stats.add(time.Since(start), inProgram) }()

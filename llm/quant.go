@@ -6,7 +6,9 @@ import (
 	"math"
 
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:staticcheck // graph-building code reads as math
+	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/ir"
+	"github.com/tensorbridge/tensorbridge/shard"
 )
 
 // Weight-only int8 quantization of the decoder's linear projections.
@@ -117,6 +119,21 @@ func quantMatmul(x, q, scale *Node) *Node {
 	y = Mul(y, BroadcastToDims(Reshape(scale, 1, -1), y.Shape().Dimensions...))
 	return ConvertDType(y, dt)
 }
+
+// QuantizedMeshError says int8 weights were asked with a tensor-parallel
+// mesh: the mesh placement (mesh.go) splits float weights only, so the two
+// are not combined yet. It matches errs.ErrUnsupported.
+type QuantizedMeshError struct {
+	Quantize Quantization
+	Mesh     shard.Mesh
+}
+
+func (e *QuantizedMeshError) Error() string {
+	return fmt.Sprintf("llm: quantize %s with mesh %s: int8 weights are placed on one device only; tensor-parallel int8 is not implemented", e.Quantize, e.Mesh)
+}
+
+// Is makes a QuantizedMeshError match errs.ErrUnsupported.
+func (e *QuantizedMeshError) Is(target error) bool { return target == errs.ErrUnsupported }
 
 // NonFiniteWeightError says a weight to be quantized holds a NaN or an
 // infinity, which no int8 scale can represent.

@@ -13,7 +13,9 @@ import (
 	"testing"
 
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:staticcheck // graph-building code reads as math
+	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/ir"
+	"github.com/tensorbridge/tensorbridge/shard"
 )
 
 // TestQuantizeRows: per-row symmetric int8 quantization against values
@@ -552,4 +554,19 @@ func FuzzQuantizeRows(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestQuantizedMeshRefused: int8 with a tensor-parallel mesh is refused by
+// name (the mesh placement splits float weights only). Injected fault:
+// without the check, Load on xla-cpu:devices=2 succeeds, placing float
+// shards while the programs expect int8 weights and their scales (and on
+// one device the mesh's device error hides the cause).
+func TestQuantizedMeshRefused(t *testing.T) {
+	b := testBackend(t)
+	dir := writeCheckpoint(t, tinyConfig(), "", nil)
+	_, err := Load(context.Background(), b, dir, LoadOptions{Quantize: QuantInt8, Mesh: shard.Mesh{Model: 2}})
+	var qm *QuantizedMeshError
+	if !errors.As(err, &qm) || !errors.Is(err, errs.ErrUnsupported) {
+		t.Fatalf("got %v, want a QuantizedMeshError", err)
+	}
 }

@@ -11,7 +11,7 @@ tokenizer trained with `tokenizers`, and reference.json: for several
 prompts, the prompt ids, greedy generate()'s new token ids (float32,
 do_sample=False) and the prompt's logits.
 
-usage: gen-llm-fixtures.py OUT
+usage: gen-llm-fixtures.py OUT [NAME...]   (NAME: only that checkpoint, e.g. llama-tp4)
 """
 import json
 import os
@@ -65,16 +65,23 @@ def configs(vocab):
         "mistral": transformers.MistralConfig(**common, sliding_window=16, rope_theta=10000.0),
         "qwen2": transformers.Qwen2Config(**common, tie_word_embeddings=True, rope_theta=1000000.0),
         "qwen3": transformers.Qwen3Config(**common, head_dim=32, tie_word_embeddings=False, rope_theta=1000000.0),
+        # 8 query and 4 key-value heads: tensor-parallel generation over
+        # model=4 (llm/mesh_test.go) needs both head counts divisible by 4.
+        "llama-tp4": transformers.LlamaConfig(**dict(common, num_attention_heads=8, num_key_value_heads=4),
+                                              rope_theta=10000.0),
     }
 
 
-def main(out):
+def main(out, only=()):
     torch.manual_seed(0)
     tokenizer = train_tokenizer()
     classes = {"llama": transformers.LlamaForCausalLM, "mistral": transformers.MistralForCausalLM,
-               "qwen2": transformers.Qwen2ForCausalLM, "qwen3": transformers.Qwen3ForCausalLM}
+               "qwen2": transformers.Qwen2ForCausalLM, "qwen3": transformers.Qwen3ForCausalLM,
+               "llama-tp4": transformers.LlamaForCausalLM}
     for name, cfg in configs(len(tokenizer)).items():
-        torch.manual_seed({"llama": 1, "mistral": 2, "qwen2": 3, "qwen3": 4}[name])
+        if only and name not in only:
+            continue
+        torch.manual_seed({"llama": 1, "mistral": 2, "qwen2": 3, "qwen3": 4, "llama-tp4": 5}[name])
         cfg._attn_implementation = "eager"
         model = classes[name](cfg).to(torch.float32).eval()
         with torch.no_grad():  # biases are zero-initialised: make them count
@@ -108,4 +115,4 @@ def main(out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2:])  # OUT [NAME...]: only the named checkpoints

@@ -305,6 +305,16 @@ func (p *sampling) toRequest(g *generator, prompt []int) (llm.Request, error) {
 		o.Seed = rand.Uint32()
 	}
 	gen := &g.model.Config.Generation
+	if o.Temperature == nil && !gen.DoSample {
+		// The checkpoint asks for no sampling of its own: OpenAI's
+		// documented defaults (temperature 1, no top-k), as vLLM serves
+		// them, rather than transformers' greedy default.
+		one := 1.0
+		o.Temperature = &one
+		if o.TopK == nil {
+			o.TopK = new(int)
+		}
+	}
 	r.Sampling = gen.Sampling(o)
 	if maxTok == nil {
 		r.MaxTokens = gen.MaxTokens(nil, len(prompt), g.context)
@@ -458,7 +468,8 @@ func (s *Server) loadGenerators(ctx context.Context) error {
 		s.gens[g.name] = g
 		s.genOrder = append(s.genOrder, g.name)
 		s.log.Info("generator loaded", "model", g.name, "dir", g.dir, "architecture", g.model.Config.Architecture,
-			"dtype", g.model.DType().String(), "weight_bytes", g.model.WeightBytes(), "context", g.context)
+			"dtype", g.model.DType().String(), "weight_bytes", g.model.WeightBytes(), "context", g.context,
+			"mesh", g.model.Mesh().String(), "weight_bytes_per_device", g.model.WeightBytesPerDevice())
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/tensorbridge/tensorbridge/config"
 	"github.com/tensorbridge/tensorbridge/llm"
 	"github.com/tensorbridge/tensorbridge/llm/tokenizer"
+	"github.com/tensorbridge/tensorbridge/shard"
 )
 
 func init() {
@@ -30,7 +31,7 @@ type generateResult struct {
 }
 
 func generate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("generate", stderr, "DIR --prompt TEXT [--chat] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S] [--backend B] [--json]")
+	fs := newFlags("generate", stderr, "DIR --prompt TEXT [--chat] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S] [--backend B] [--mesh model=M] [--json]")
 	prompt := fs.String("prompt", "", "the prompt text")
 	chat := fs.Bool("chat", false, "wrap the prompt as one user message through the checkpoint's chat template")
 	maxTokens := fs.Int("max-tokens", 128, "most tokens to generate (unset: generation_config.json's max_new_tokens or max_length, else 128)")
@@ -66,8 +67,6 @@ func generate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageErr("--min-p must be in [0, 1]")
 	case *seed > math.MaxUint32:
 		return usageErr("--seed must fit 32 bits")
-	case mf.mesh != "" || mf.strategy != "":
-		return usageErr("--mesh/--strategy: tensor-parallel generation is not implemented yet; run on one device")
 	}
 	quant, err := llm.ParseQuantization(*quantize)
 	if err != nil {
@@ -91,6 +90,10 @@ func generate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer b.Close()
+	mesh, err := generationMesh(mf, len(b.Devices()))
+	if err != nil {
+		return err
+	}
 	cfg, err := llm.LoadConfig(dir)
 	if err != nil {
 		return err
@@ -120,7 +123,7 @@ func generate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	// Only the context this request needs is compiled and cached.
 	want := pow2AtLeast(len(ids) + *maxTokens)
-	m, err := llm.Load(ctx, b, dir, llm.LoadOptions{Precision: config.Precision(sf.precision), MaxContext: min(want, cfg.MaxPositions), Quantize: quant})
+	m, err := llm.Load(ctx, b, dir, llm.LoadOptions{Precision: config.Precision(sf.precision), MaxContext: min(want, cfg.MaxPositions), Mesh: mesh, Quantize: quant})
 	if err != nil {
 		return err
 	}
@@ -134,6 +137,9 @@ func generate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !*asJSON {
 		seqs, toks, bytes := e.Capacity()
 		fmt.Fprintf(stderr, "%s on %s (%s): KV cache %d sequence(s) × %d tokens (%d MiB)\n", cfg.Architecture, b.Name(), m.DType(), seqs, toks, bytes>>20)
+		if mm := m.Mesh(); mm.Model > 1 {
+			fmt.Fprintf(stderr, "tensor-parallel over %d devices: %d MiB of weights per device\n", mm.Model, m.WeightBytesPerDevice()>>20)
+		}
 	}
 	if room := m.MaxContext() - len(ids); *maxTokens > room {
 		if room < 1 {
@@ -208,4 +214,25 @@ func pow2AtLeast(n int) int {
 		p *= 2
 	}
 	return p
+}
+
+// generationMesh is the mesh --mesh and --strategy ask generation for:
+// tensor parallelism only (--mesh model=M, or --strategy tp over every
+// device); one device without either. A data axis is refused by llm.Load
+// with a *llm.MeshError.
+func generationMesh(f meshFlags, devices int) (shard.Mesh, error) {
+	one := shard.Mesh{Data: 1, Model: 1}
+	switch {
+	case f.strategy != "" && f.strategy != "tp":
+		return one, usageErr("--strategy %q: generation splits the weights tensor-parallel (--strategy tp or --mesh model=M)", f.strategy)
+	case f.mesh != "":
+		m, err := shard.ParseMesh(f.mesh)
+		if err != nil {
+			return one, usageErr("--mesh: %v", err)
+		}
+		return m, nil
+	case f.strategy == "tp":
+		return shard.Mesh{Data: 1, Model: devices}, nil
+	}
+	return one, nil
 }

@@ -143,11 +143,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var gens []serve.GeneratorSource
 	for _, p := range paths {
 		if serve.IsCheckpointDir(p) { // a Hugging Face checkpoint: generation (serve/openai.go)
-			if mf.mesh != "" || mf.strategy != "" {
-				return usageErr("--mesh/--strategy: tensor-parallel generation is not implemented yet; %s runs on device 0", p)
+			mesh, err := generationMesh(mf, len(b.Devices())) // generate.go: tensor-parallel only
+			if err != nil {
+				return err
 			}
 			gens = append(gens, serve.GeneratorSource{Dir: p,
-				Load:   llm.LoadOptions{Precision: config.Precision(sf.precision), MaxContext: *maxContext, Quantize: quant},
+				Load:   llm.LoadOptions{Precision: config.Precision(sf.precision), MaxContext: *maxContext, Mesh: mesh, Quantize: quant},
 				Engine: llm.EngineOptions{KVCacheBytes: *kvBytes, MaxSequences: *maxSeqs, MaxQueue: *queueSize}})
 			continue
 		}
