@@ -3,6 +3,7 @@ package tensorbridge
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -162,6 +163,7 @@ func (m *Model) runSharded(ctx context.Context, inputs map[string]*ir.Tensor) (m
 		return nil, err
 	}
 	real := m.dimValues(shapes)
+	given, givenShapes := inputs, shapes // what the index checks read
 	if inputs, shapes, err = m.padForMesh(inputs, shapes); err != nil {
 		return nil, err
 	}
@@ -180,6 +182,9 @@ func (m *Model) runSharded(ctx context.Context, inputs map[string]*ir.Tensor) (m
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := e.plan.IndexChecks().CheckInputs(given); err != nil { // onnx/indexcheck.go
 		return nil, err
 	}
 	n := s.mesh.Devices()
@@ -232,15 +237,24 @@ func (m *Model) runSharded(ctx context.Context, inputs map[string]*ir.Tensor) (m
 		}
 	}()
 	specs := m.m.Outputs()
-	if len(res) != len(specs)*n {
+	perDevOut := len(specs)
+	if e.layout.IndexCheck {
+		perDevOut++
+	}
+	if len(res) != perDevOut*n {
 		return nil, &errs.Error{Kind: errs.Internal, Backend: m.b.Name(), Op: "run model",
-			Err: fmt.Errorf("%d results from %d devices for %d outputs", len(res), n, len(specs))}
+			Err: fmt.Errorf("%d results from %d devices for %d outputs", len(res), n, perDevOut)}
+	}
+	if e.layout.IndexCheck {
+		if err := m.checkShardedIndices(ctx, e, res[len(specs)], given, !sameShapes(givenShapes, shapes)); err != nil {
+			return nil, err
+		}
 	}
 	outs := map[string]*ir.Tensor{}
 	for k, spec := range specs {
 		shards := make([]*ir.Tensor, n)
 		for d := range n {
-			c, err := res[d*len(specs)+k].LocalClone()
+			c, err := res[d*perDevOut+k].LocalClone()
 			if err != nil {
 				return nil, err
 			}
@@ -269,6 +283,39 @@ func (m *Model) runSharded(ctx context.Context, inputs map[string]*ir.Tensor) (m
 		outs[spec.Name] = t
 	}
 	return outs, nil
+}
+
+// checkShardedIndices checks the index check output of a sharded run
+// (replicated: device 0's copy is the whole). When padding rows took part
+// (padded), a failed check is not trusted, since they can compute indices
+// the real rows never form: the model run unpadded on one device of the
+// backend decides, and only its error counts.
+func (m *Model) checkShardedIndices(ctx context.Context, e *shardedExec, out *ir.Tensor, given map[string]*ir.Tensor, padded bool) error {
+	checks := e.plan.IndexChecks()
+	c, err := out.LocalClone()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.FinalizeAll() }()
+	err = checks.CheckOutput(c)
+	if err == nil || !padded {
+		return err
+	}
+	_, err = m.m.RunWith(ctx, m.b.drv.Engine(), given, m.prec)
+	return err
+}
+
+// sameShapes says whether a and b give every name the same dims.
+func sameShapes(a, b map[string][]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !slices.Equal(v, b[k]) {
+			return false
+		}
+	}
+	return true
 }
 
 func (e *shardedExec) execute(backend string, args []any) (res []*ir.Tensor, err error) {
