@@ -71,7 +71,8 @@ func (b *Backend) newSharded(ctx context.Context, m *onnx.Model, spec onnx.Speci
 	if err != nil {
 		return nil, err
 	}
-	s := &shardedModel{mesh: mesh, so: so, dm: dm, weights: ws, execs: map[string]*shardedExec{}}
+	s := &shardedModel{mesh: mesh, so: so, dm: dm, weights: ws, execs: map[string]*shardedExec{},
+		placed: make([][]*ir.Tensor, 0, len(ws))} // non-nil until release: a model without weights runs too
 	// Mesh positions over the devices in coordinate order (TPUs report
 	// coordinates; other devices keep their order), so that the model
 	// axis runs over interconnect neighbours.
