@@ -396,8 +396,10 @@ func TestTrainerOptimizersExact(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				// float32 against float64: measured ~1e-7 relative.
-				if rel := math.Abs(res.Loss-want) / want; rel > 1e-5 {
+				// float32 against float64: measured up to 3.4e-7 relative
+				// on cpu, 1.8e-7 on xla-cpu (2026-11-26); the bound is 8.8
+				// times the larger (was 1e-5).
+				if rel := math.Abs(res.Loss-want) / want; rel > 3e-6 {
 					t.Errorf("step %d: loss %.8g, reference %.8g", i+1, res.Loss, want)
 				}
 			}
@@ -407,7 +409,9 @@ func TestTrainerOptimizersExact(t *testing.T) {
 			}
 			got := append(flat32(t, w["w"]), flat32(t, w["b"])...)
 			for k := range got {
-				if d := math.Abs(float64(got[k]) - ref.p[k]); d > 1e-5*math.Max(1, math.Abs(ref.p[k])) {
+				// Measured up to 1.65e-7 (scaled by max(1, |p|)) on cpu,
+				// 9.6e-8 on xla-cpu; the bound is 9 times the larger (was 1e-5).
+				if d := math.Abs(float64(got[k]) - ref.p[k]); d > 1.5e-6*math.Max(1, math.Abs(ref.p[k])) {
 					t.Errorf("parameter %d after 6 steps: %.8g, reference %.8g", k, got[k], ref.p[k])
 				}
 			}
