@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -151,4 +152,73 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkIndexCheckPaired measures the in-graph check's cost on a loaded
+// machine, where separate runs of two builds differ by more than the check
+// costs: bert_tiny with its token ids shifted (input+0, checked on the
+// host) and computed (input*1, checked by the check output) run
+// alternately in one process, so that both see the same load, and the
+// medians of their wall times are compared. computed-shifted is the
+// check's cost (an Add and a Mul of one constant cost alike); in a
+// tensorbridge_noindexcheck build it shows the difference without any
+// check:
+//
+//	go test -run '^$' -bench BenchmarkIndexCheckPaired -benchtime 4000x .
+//	go test -tags tensorbridge_noindexcheck -run '^$' -bench BenchmarkIndexCheckPaired -benchtime 4000x .
+func BenchmarkIndexCheckPaired(b *testing.B) {
+	ctx := context.Background()
+	be, err := tensorbridge.Open(ctx, testBackend())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	md := filepath.Join("testdata", "models")
+	bert, err := onnx.Load(filepath.Join(md, "bert_tiny.onnx"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var models [2]*tensorbridge.Model
+	for k, v := range []*onnx.Model{rewireIDs(b, bert, "Add", 0), rewireIDs(b, bert, "Mul", 1)} {
+		if models[k], err = be.LoadONNX(ctx, v, fmt.Sprint("paired", k)); err != nil {
+			b.Fatal(err)
+		}
+		defer models[k].Close()
+	}
+	in := map[string]*ir.Tensor{}
+	for k, spec := range models[0].Inputs() {
+		a, err := npy.ReadFile(filepath.Join(md, fmt.Sprintf("bert_tiny.input_%d.npy", k)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if in[spec.Name], err = a.ToIR(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, m := range models {
+		if _, err := m.Run(ctx, in); err != nil {
+			b.Fatal(err)
+		}
+	}
+	times := [2][]time.Duration{}
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range 2 {
+			k := (i + j) % 2 // alternate which runs first
+			t0 := time.Now()
+			if _, err := models[k].Run(ctx, in); err != nil {
+				b.Fatal(err)
+			}
+			times[k] = append(times[k], time.Since(t0))
+		}
+	}
+	med := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2].Nanoseconds())
+	}
+	shifted, computed := med(times[0]), med(times[1])
+	b.ReportMetric(shifted, "shifted-med-ns")
+	b.ReportMetric(computed, "computed-med-ns")
+	b.ReportMetric(computed-shifted, "check-ns")
+	b.ReportMetric(100*(computed-shifted)/shifted, "check-%")
 }

@@ -54,16 +54,15 @@ import (
 // OneHot is not checked: ONNX defines an out-of-range OneHot index as a
 // row of off values (https://onnx.ai/onnx/operators/onnx__OneHot.html).
 //
-// Cost, measured 2026-11-26 on the shared 2-core VM (BenchmarkIndexCheckCost
-// against a tensorbridge_noindexcheck build, process CPU time per run, the
-// least of 7 interleaved rounds): no reference model and no model of the
-// real-model set computes indices in the graph; their host checks are
-// below the noise (bert_tiny 2.84 against 2.72 ms on cpu, 136 against
-// 144 us on xla-cpu; MiniLM 29.0 against 31.1 ms on xla-cpu) and take
-// 1.3 us for a [2, 128] input (BenchmarkCheckInputs). The check output
-// costs one more output buffer per run: bert_tiny with its token ids
-// computed in the graph took 2.86 against 2.84 ms on cpu but 145 against
-// 122 us on xla-cpu (+19%, about 23 us per run).
+// Cost (BENCHMARKS.md, "Index checks"; 2026-11-26, the shared 2-core VM at
+// load average 20-26): no reference model computes indices in the graph
+// (mlp, tiny_resnet and mobilenet_v2_w025 have no index ops; bert_tiny and
+// bert_tiny_op13 check their token ids on the host, 1.3 us for a [2, 128]
+// input, BenchmarkCheckInputs, under 1% of bert_tiny's 136 us on xla-cpu).
+// The in-graph check output, on bert_tiny with its token ids computed
+// (BenchmarkIndexCheckPaired, alternating runs in one process): 6.1 to 9.5
+// us (+4.4 to +6.2%) per run on xla-cpu, where the build without checks
+// shows -1.3 to +1.9 us; within the noise (-1.3 to +0.5%) on cpu.
 
 // IndexCheckOutput is the name under which Build returns the in-graph
 // index check, when the plan has one (IndexChecks.HasOutput). It cannot
