@@ -2,6 +2,7 @@ package tensorbridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -465,6 +466,9 @@ func (m *Model) warmupSharded(ctx context.Context, dims []map[string]int, progre
 		m.sharded.mu.Lock()
 		if len(m.sharded.execs) > before {
 			compiled++
+			if errors.Is(err, errs.ErrInvalidInput) {
+				err = nil // compiled; the zeros' values (an index they form out of range) are not the warmup's concern
+			}
 		}
 		m.sharded.mu.Unlock()
 		if progress != nil {
