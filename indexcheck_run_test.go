@@ -72,6 +72,50 @@ func idxModel(t *testing.T, withIf bool) *onnx.Model {
 	return m
 }
 
+// loopIdxModel: a Loop of 2 iterations over rev = 5 - ids ([n, 2]) that
+// gathers table[x] for the carried x and carries x - 1: iteration 1 reads
+// index rev - 1. Its scan output y is [2, n, 2].
+func loopIdxModel(t *testing.T) *onnx.Model {
+	t.Helper()
+	ti := func(name string, dt onnxpb.DataType, dims ...any) onnxpb.ValueInfo {
+		sh := &onnxpb.TensorShape{Dim: []onnxpb.Dimension{}}
+		for _, d := range dims {
+			switch v := d.(type) {
+			case int:
+				sh.Dim = append(sh.Dim, onnxpb.Dimension{DimValue: int64(v), HasDimValue: true})
+			case string:
+				sh.Dim = append(sh.Dim, onnxpb.Dimension{DimParam: v})
+			}
+		}
+		return onnxpb.ValueInfo{Name: name, Type: &onnxpb.TypeProto{TensorType: &onnxpb.TypeTensor{ElemType: dt, Shape: sh}}}
+	}
+	i64 := func(name string, v int64) onnxpb.Tensor {
+		return onnxpb.Tensor{Name: name, DataType: onnxpb.Int64, Dims: []int64{}, Int64Data: []int64{v}}
+	}
+	body := &onnxpb.Graph{Name: "body",
+		Input:       []onnxpb.ValueInfo{ti("i", onnxpb.Int64), ti("cin", onnxpb.Bool), ti("x", onnxpb.Int64, "n", 2)},
+		Initializer: []onnxpb.Tensor{i64("one", 1)},
+		Node: []onnxpb.Node{{Name: "cond", OpType: "Identity", Input: []string{"cin"}, Output: []string{"cout"}},
+			{Name: "dec", OpType: "Sub", Input: []string{"x", "one"}, Output: []string{"xn"}},
+			{Name: "loop_gather", OpType: "Gather", Input: []string{"table", "x"}, Output: []string{"g"}}},
+		Output: []onnxpb.ValueInfo{ti("cout", onnxpb.Bool), ti("xn", onnxpb.Int64, "n", 2), ti("g", onnxpb.Float, "n", 2)}}
+	pb := &onnxpb.Model{IRVersion: 8, OpsetImport: []onnxpb.OperatorSetID{{Version: 13}},
+		Graph: &onnxpb.Graph{Name: "loop",
+			Initializer: []onnxpb.Tensor{
+				{Name: "table", DataType: onnxpb.Float, Dims: []int64{5}, FloatData: []float32{10, 11, 12, 13, 14}},
+				i64("five", 5), i64("M", 2), {Name: "t", DataType: onnxpb.Bool, Dims: []int64{}, Int32Data: []int32{1}}},
+			Node: []onnxpb.Node{{Name: "rev", OpType: "Sub", Input: []string{"five", "ids"}, Output: []string{"rev"}},
+				{Name: "loop", OpType: "Loop", Input: []string{"M", "t", "rev"}, Output: []string{"last", "y"},
+					Attribute: []onnxpb.Attribute{{Name: "body", Type: onnxpb.AttrGraph, G: body}}}},
+			Input:  []onnxpb.ValueInfo{ti("ids", onnxpb.Int64, "n", 2)},
+			Output: []onnxpb.ValueInfo{ti("last", onnxpb.Int64, "n", 2), ti("y", onnxpb.Float, 2, "n", 2)}}}
+	m, err := onnx.FromProto(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // maskedIdxModel: y = table[5 - mask] and p = Softmax over axis 0 of x
 // with mask's additive bias, for x [s] float and mask [s] int64.
 // The bias makes s padded with zeros in mask (the attention-mask rule of
@@ -113,7 +157,7 @@ func maskedIdxModel(t *testing.T) *onnx.Model {
 // TestComputedIndexChecked: an out-of-range index computed in the graph is
 // an ErrInvalidInput *onnx.NodeError naming the node and the index on
 // plain, padded (bucketed), sharded (a mesh of 2 devices) and control-flow
-// (If) runs; in range, the output is the table's rows exactly (bit for
+// (If, Loop) runs; in range, the output is the table's rows exactly (bit for
 // bit: a gather copies them). Padding rows never raise an error: where the
 // padding analysis fills them with a copy of the last real row (idxModel)
 // they form that row's indices; where it fills a mask with zeros
@@ -153,7 +197,7 @@ func TestComputedIndexChecked(t *testing.T) {
 		m    func(*testing.T) *onnx.Model
 	}
 	models := []model{{"sub", func(t *testing.T) *onnx.Model { return idxModel(t, false) }},
-		{"if", func(t *testing.T) *onnx.Model { return idxModel(t, true) }}, {"masked", maskedIdxModel}}
+		{"if", func(t *testing.T) *onnx.Model { return idxModel(t, true) }}, {"masked", maskedIdxModel}, {"loop", loopIdxModel}}
 	cases := []struct {
 		name, model string
 		in          func(rows int) map[string]*ir.Tensor
@@ -177,6 +221,12 @@ func TestComputedIndexChecked(t *testing.T) {
 		{"If not taken, index 5", "if", func(r int) map[string]*ir.Tensor {
 			return map[string]*ir.Tensor{"ids": ids(r, 1, 2, 0, 4, 5, 1), "c": cond(false)}
 		}, []float32{0, 0, 0, 0, 0, 0}, "out", "", ""},
+		{"Loop in range", "loop", func(r int) map[string]*ir.Tensor { return map[string]*ir.Tensor{"ids": ids(r, 1, 2, 3, 4, 5, 1)} },
+			[]float32{14, 13, 12, 11, 10, 14, 13, 12, 11, 10, 14, 13}, "y", "", ""},
+		{"Loop first iteration, index 5", "loop", func(r int) map[string]*ir.Tensor { return map[string]*ir.Tensor{"ids": ids(r, 1, 2, 0, 4, 5, 1)} },
+			nil, "", "loop_gather", "computed index 5 out of range [-5, 4]"},
+		{"Loop second iteration, index -6", "loop", func(r int) map[string]*ir.Tensor { return map[string]*ir.Tensor{"ids": ids(r, 1, 2, 10, 4, 5, 1)} },
+			nil, "", "loop_gather", "computed index -6 out of range [-5, 4]"},
 		{"masked in range", "masked", func(int) map[string]*ir.Tensor { return map[string]*ir.Tensor{"x": xs, "mask": col(1, 1, 1)} },
 			[]float32{14, 14, 14}, "y", "", ""},
 		{"masked index 5", "masked", func(int) map[string]*ir.Tensor { return map[string]*ir.Tensor{"x": xs, "mask": col(1, 0, 1)} },
@@ -199,7 +249,7 @@ func TestComputedIndexChecked(t *testing.T) {
 					t.Fatalf("Warmup: %d compiled, %v; want 1, nil", n, err)
 				}
 			}
-			if su.name == "padded" && md.name != "if" { // the padded cases really pad (If is not padded)
+			if su.name == "padded" && md.name != "if" && md.name != "loop" { // the padded cases really pad (If and Loop are not padded)
 				dim, fill := "n", "copy of the last real row"
 				if md.name == "masked" {
 					dim, fill = "s", "zeros; mask: 0"
@@ -220,8 +270,16 @@ func TestComputedIndexChecked(t *testing.T) {
 						}
 						y := outs[tc.out]
 						want := tc.want
-						for md.name != "masked" && len(want) < 2*su.rows {
-							want = append(want, tc.want[0], tc.want[1])
+						if md.name != "masked" { // repeat the first row (of each Loop iteration) up to the rows run
+							blocks := len(tc.want) / 6
+							want = nil
+							for k := range blocks {
+								blk := tc.want[6*k : 6*k+6]
+								want = append(want, blk...)
+								for r := 3; r < su.rows; r++ {
+									want = append(want, blk[0], blk[1])
+								}
+							}
 						}
 						if got := tensors.MustCopyFlatData[float32](y); !slices.Equal(got, want) {
 							t.Fatalf("output %s %v, want %v", y.Shape(), got, want)
