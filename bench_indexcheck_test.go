@@ -17,7 +17,6 @@ import (
 	"github.com/tensorbridge/tensorbridge/ir"
 	"github.com/tensorbridge/tensorbridge/npy"
 	"github.com/tensorbridge/tensorbridge/onnx"
-	"github.com/tensorbridge/tensorbridge/onnx/onnxpb"
 )
 
 // BenchmarkIndexCheckCost times a steady Run of the reference models
@@ -116,33 +115,6 @@ func BenchmarkIndexCheckCost(b *testing.B) {
 			b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 		})
 	}
-}
-
-// rewireIDs returns bert_tiny with op(input_ids, c) (an INT64 initializer
-// holding c) feeding the token embedding's Gather in place of input_ids.
-func rewireIDs(b *testing.B, m *onnx.Model, op string, c int64) *onnx.Model {
-	pb := *m.Proto()
-	g := *pb.Graph
-	g.Node = append([]onnxpb.Node{{Name: "ids_" + op, OpType: op, Input: []string{"input_ids", "ids_const"}, Output: []string{"ids_computed"}}}, g.Node...)
-	g.Initializer = append(append([]onnxpb.Tensor(nil), g.Initializer...), onnxpb.Tensor{Name: "ids_const", DataType: onnxpb.Int64, Dims: []int64{1}, Int64Data: []int64{c}})
-	rewired := 0
-	for k := range g.Node[1:] {
-		n := &g.Node[k+1]
-		if n.Name == "/tok/Gather" {
-			n.Input = append([]string(nil), n.Input...)
-			n.Input[1] = "ids_computed"
-			rewired++
-		}
-	}
-	if rewired != 1 {
-		b.Fatalf("bert_tiny: found %d token Gather nodes, want 1", rewired)
-	}
-	pb.Graph = &g
-	out, err := onnx.FromProto(&pb)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return out
 }
 
 // processCPU is the user plus system CPU time this process has used.

@@ -3,7 +3,9 @@ package tensorbridge_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -309,4 +311,71 @@ func openTestOr(t *testing.T, backend string) *tensorbridge.Backend {
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	return b
+}
+
+// TestIndexCheckKeepsAnswers: the check output changes no other output.
+// bert_tiny with its token ids computed in the graph (input_ids * 1, so
+// the in-graph check guards the embedding Gather) gives bit for bit the
+// outputs of bert_tiny itself (checked on the host) on the reference
+// inputs, and still refuses token id 1000 naming the Gather.
+func TestIndexCheckKeepsAnswers(t *testing.T) {
+	ctx := context.Background()
+	b := openTest(t)
+	md := filepath.Join("testdata", "models")
+	bert, err := onnx.Load(filepath.Join(md, "bert_tiny.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := map[string]*ir.Tensor{"input_ids": readNPY(t, filepath.Join(md, "bert_tiny.input_0.npy")),
+		"attention_mask": readNPY(t, filepath.Join(md, "bert_tiny.input_1.npy"))}
+	var outs [2]map[string]*ir.Tensor
+	for k, m := range []*onnx.Model{bert, rewireIDs(t, bert, "Mul", 1)} {
+		lm, err := b.LoadONNX(ctx, m, fmt.Sprint("bert", k), tensorbridge.WithExactShapes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lm.Close()
+		if outs[k], err = lm.Run(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+		if k == 1 {
+			bad := tensors.MustCopyFlatData[int64](in["input_ids"])
+			bad[0] = 1000
+			_, err := lm.Run(ctx, map[string]*ir.Tensor{"input_ids": tensors.FromFlatDataAndDimensions(bad, in["input_ids"].Shape().Dimensions...), "attention_mask": in["attention_mask"]})
+			var ne *onnx.NodeError
+			if !errors.As(err, &ne) || ne.Node != "/tok/Gather" || !strings.Contains(err.Error(), "computed index 1000") {
+				t.Fatalf("token id 1000: %v, want the computed-index error naming /tok/Gather", err)
+			}
+		}
+	}
+	for name, want := range outs[0] {
+		bitsEqual(t, name, outs[1][name], want)
+	}
+}
+
+// rewireIDs returns bert_tiny with op(input_ids, c) (an INT64 initializer
+// holding c) feeding the token embedding's Gather in place of input_ids.
+func rewireIDs(b testing.TB, m *onnx.Model, op string, c int64) *onnx.Model {
+	pb := *m.Proto()
+	g := *pb.Graph
+	g.Node = append([]onnxpb.Node{{Name: "ids_" + op, OpType: op, Input: []string{"input_ids", "ids_const"}, Output: []string{"ids_computed"}}}, g.Node...)
+	g.Initializer = append(append([]onnxpb.Tensor(nil), g.Initializer...), onnxpb.Tensor{Name: "ids_const", DataType: onnxpb.Int64, Dims: []int64{1}, Int64Data: []int64{c}})
+	rewired := 0
+	for k := range g.Node[1:] {
+		n := &g.Node[k+1]
+		if n.Name == "/tok/Gather" {
+			n.Input = append([]string(nil), n.Input...)
+			n.Input[1] = "ids_computed"
+			rewired++
+		}
+	}
+	if rewired != 1 {
+		b.Fatalf("bert_tiny: found %d token Gather nodes, want 1", rewired)
+	}
+	pb.Graph = &g
+	out, err := onnx.FromProto(&pb)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
 }
