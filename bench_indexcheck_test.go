@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,23 +17,24 @@ import (
 	"github.com/tensorbridge/tensorbridge/ir"
 	"github.com/tensorbridge/tensorbridge/npy"
 	"github.com/tensorbridge/tensorbridge/onnx"
-	"github.com/tensorbridge/tensorbridge/onnx/onnxpb"
 )
 
-// BenchmarkIndexCheckCost times a steady Run of the models whose indices
-// are checked at run time (onnx/indexcheck.go), to compare against a build
-// without the checks:
+// BenchmarkIndexCheckCost times a steady Run of the reference models
+// (testdata/models) and of synthetic variants of bert_tiny, to compare
+// against a build without the index checks (onnx/indexcheck.go):
 //
 //	go test -run '^$' -bench BenchmarkIndexCheckCost -count 6 . > on.txt
 //	go test -tags tensorbridge_noindexcheck -run '^$' -bench BenchmarkIndexCheckCost -count 6 . > off.txt
 //
 // (and again with TENSORBRIDGE_TEST_BACKEND=xla-cpu), interleaving the two
-// builds and comparing the least cpu-ns/op of each. bert_tiny and the
-// real MiniLM check their token ids on the host; "bert_tiny_computed_ids"
-// is bert_tiny with its token ids passed through an Add of zeros, so that
-// the Gather's indices are computed in the graph and checked by the index
-// check output (the pattern of RoBERTa's position ids, computed from the
-// input ids inside the model).
+// builds and comparing the least cpu-ns/op of each. mlp, tiny_resnet and
+// mobilenet_v2_w025 have no index ops (nothing differs); bert_tiny and
+// bert_tiny_op13 check their token ids on the host. The synthetic
+// variants feed the token Gather with input_ids + 0 ("shifted": followed
+// to the input, checked on the host with the shift) and input_ids * 1
+// ("computed": not followed, so the in-graph check output guards it, the
+// pattern of indices computed inside a model). The real MiniLM is added
+// when fetched.
 func BenchmarkIndexCheckCost(b *testing.B) {
 	ctx := context.Background()
 	be, err := tensorbridge.Open(ctx, testBackend())
@@ -41,17 +43,27 @@ func BenchmarkIndexCheckCost(b *testing.B) {
 	}
 	defer be.Close()
 	md := filepath.Join("testdata", "models")
-	bert, err := onnx.Load(filepath.Join(md, "bert_tiny.onnx"))
-	if err != nil {
-		b.Fatal(err)
-	}
 	type variant struct {
 		name string
 		m    *onnx.Model
 		in   []string // input files, in input order
 	}
-	bertIn := []string{filepath.Join(md, "bert_tiny.input_0.npy"), filepath.Join(md, "bert_tiny.input_1.npy")}
-	variants := []variant{{"bert_tiny", bert, bertIn}, {"bert_tiny_computed_ids", computedIDs(b, bert), bertIn}}
+	var variants []variant
+	for _, rm := range referenceModels {
+		m, err := onnx.Load(filepath.Join(md, rm.name+".onnx"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var files []string
+		for k := range rm.inputs {
+			files = append(files, filepath.Join(md, fmt.Sprintf("%s.input_%d.npy", rm.name, k)))
+		}
+		variants = append(variants, variant{rm.name, m, files})
+		if rm.name == "bert_tiny" {
+			variants = append(variants, variant{"bert_tiny_shifted_ids", rewireIDs(b, m, "Add", 0), files},
+				variant{"bert_tiny_computed_ids", rewireIDs(b, m, "Mul", 1), files})
+		}
+	}
 	dir := filepath.Join(realModelsDir(), "minilm_l6_int8w") // when fetched (scripts/fetch-real-models.sh)
 	if mm, err := onnx.Load(filepath.Join(dir, "model.onnx")); err == nil {
 		var files []string
@@ -80,15 +92,15 @@ func BenchmarkIndexCheckCost(b *testing.B) {
 			if _, err := m.Run(ctx, in); err != nil {
 				b.Fatal(err)
 			}
-			if v.name == "bert_tiny_computed_ids" && !indexChecksOff {
-				// The check really is in the graph: an out-of-range id fails
-				// with the computed-index error.
+			if want := map[string]string{"bert_tiny_computed_ids": "computed index 1000", "bert_tiny_shifted_ids": "1000 at flat position 0"}[v.name]; want != "" && !indexChecksOff {
+				// The check is where the doc says: an out-of-range id fails
+				// with the in-graph (computed) or host (shifted) error.
 				bad := tensors.MustCopyFlatData[int64](in["input_ids"])
 				bad[0] = 1000
 				ids, _ := ir.TensorFromFlat(bad, in["input_ids"].Shape().Dimensions...)
 				_, err := m.Run(ctx, map[string]*ir.Tensor{"input_ids": ids, "attention_mask": in["attention_mask"]})
-				if err == nil || !strings.Contains(err.Error(), "computed index 1000") {
-					b.Fatalf("token id 1000 through the computed path: %v, want the computed-index error", err)
+				if err == nil || !strings.Contains(err.Error(), want) {
+					b.Fatalf("token id 1000 through %s: %v, want an error containing %q", v.name, err, want)
 				}
 			}
 			b.ResetTimer()
@@ -105,33 +117,6 @@ func BenchmarkIndexCheckCost(b *testing.B) {
 	}
 }
 
-// computedIDs returns bert_tiny with input_ids + 0 (an INT64 initializer)
-// feeding the token embedding's Gather in place of input_ids.
-func computedIDs(b *testing.B, m *onnx.Model) *onnx.Model {
-	pb := *m.Proto()
-	g := *pb.Graph
-	g.Node = append([]onnxpb.Node{{Name: "ids_plus_zero", OpType: "Add", Input: []string{"input_ids", "zero_id"}, Output: []string{"ids_computed"}}}, g.Node...)
-	g.Initializer = append(append([]onnxpb.Tensor(nil), g.Initializer...), onnxpb.Tensor{Name: "zero_id", DataType: onnxpb.Int64, Dims: []int64{1}, Int64Data: []int64{0}})
-	rewired := 0
-	for k := range g.Node[1:] {
-		n := &g.Node[k+1]
-		if n.Name == "/tok/Gather" {
-			n.Input = append([]string(nil), n.Input...)
-			n.Input[1] = "ids_computed"
-			rewired++
-		}
-	}
-	if rewired != 1 {
-		b.Fatalf("bert_tiny: found %d token Gather nodes, want 1", rewired)
-	}
-	pb.Graph = &g
-	out, err := onnx.FromProto(&pb)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return out
-}
-
 // processCPU is the user plus system CPU time this process has used.
 func processCPU() time.Duration {
 	var ru syscall.Rusage
@@ -139,4 +124,73 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkIndexCheckPaired measures the in-graph check's cost on a loaded
+// machine, where separate runs of two builds differ by more than the check
+// costs: bert_tiny with its token ids shifted (input+0, checked on the
+// host) and computed (input*1, checked by the check output) run
+// alternately in one process, so that both see the same load, and the
+// medians of their wall times are compared. computed-shifted is the
+// check's cost (an Add and a Mul of one constant cost alike); in a
+// tensorbridge_noindexcheck build it shows the difference without any
+// check:
+//
+//	go test -run '^$' -bench BenchmarkIndexCheckPaired -benchtime 4000x .
+//	go test -tags tensorbridge_noindexcheck -run '^$' -bench BenchmarkIndexCheckPaired -benchtime 4000x .
+func BenchmarkIndexCheckPaired(b *testing.B) {
+	ctx := context.Background()
+	be, err := tensorbridge.Open(ctx, testBackend())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	md := filepath.Join("testdata", "models")
+	bert, err := onnx.Load(filepath.Join(md, "bert_tiny.onnx"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var models [2]*tensorbridge.Model
+	for k, v := range []*onnx.Model{rewireIDs(b, bert, "Add", 0), rewireIDs(b, bert, "Mul", 1)} {
+		if models[k], err = be.LoadONNX(ctx, v, fmt.Sprint("paired", k)); err != nil {
+			b.Fatal(err)
+		}
+		defer models[k].Close()
+	}
+	in := map[string]*ir.Tensor{}
+	for k, spec := range models[0].Inputs() {
+		a, err := npy.ReadFile(filepath.Join(md, fmt.Sprintf("bert_tiny.input_%d.npy", k)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if in[spec.Name], err = a.ToIR(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, m := range models {
+		if _, err := m.Run(ctx, in); err != nil {
+			b.Fatal(err)
+		}
+	}
+	times := [2][]time.Duration{}
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range 2 {
+			k := (i + j) % 2 // alternate which runs first
+			t0 := time.Now()
+			if _, err := models[k].Run(ctx, in); err != nil {
+				b.Fatal(err)
+			}
+			times[k] = append(times[k], time.Since(t0))
+		}
+	}
+	med := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2].Nanoseconds())
+	}
+	shifted, computed := med(times[0]), med(times[1])
+	b.ReportMetric(shifted, "shifted-med-ns")
+	b.ReportMetric(computed, "computed-med-ns")
+	b.ReportMetric(computed-shifted, "check-ns")
+	b.ReportMetric(100*(computed-shifted)/shifted, "check-%")
 }

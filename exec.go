@@ -39,6 +39,10 @@ type Executable struct {
 	direct    driver.DirectExecutable
 	outShapes []ir.Shape
 
+	// donated[i] says input i is given to every run (CompileDonating);
+	// nil when none is.
+	donated []bool
+
 	mu sync.RWMutex // held shared by each run, exclusively by Close
 	g  *ir.Graph    // nil once closed
 
@@ -52,6 +56,29 @@ type Executable struct {
 // abandoned compilation still counts as work in flight for Backend.Close,
 // finishes in the background and is then released.
 func (b *Backend) Compile(ctx context.Context, name string, fn Func, inputs ...ir.Shape) (*Executable, error) {
+	return b.CompileDonating(ctx, name, fn, nil, inputs...)
+}
+
+// Donation maps an input's index to the index of the output that replaces
+// it (among the outputs the Func returns): state a program carries from one
+// run to the next, such as a KV cache or a training step's weights and
+// optimizer state. The pair must have one shape and dtype, and an output
+// takes at most one input.
+type Donation map[int]int
+
+// CompileDonating is Compile for a program whose runs update some inputs in
+// place: every run of it (Run, RunOn, RunOnDevice) gives the tensors at
+// donate's inputs to the program, which writes each one's replacement into
+// the same device memory instead of allotting a new buffer and copying the
+// old value into it (on pjrt backends the compiled program carries XLA's
+// input/output aliasing; the cpu backend reuses the buffer at run time).
+//
+// A donated input is consumed by the run, whether it succeeds or fails
+// once the inputs are checked: the tensor is finalized, and passing it to
+// a run again is an error wrapping ErrClosed. A host tensor given for a
+// donated input is copied to the device and finalized too. The same tensor
+// may not be given for a donated input and any other input of one run.
+func (b *Backend) CompileDonating(ctx context.Context, name string, fn Func, donate Donation, inputs ...ir.Shape) (*Executable, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -74,7 +101,7 @@ func (b *Backend) Compile(ctx context.Context, name string, fn Func, inputs ...i
 	start := time.Now()
 	go func() {
 		defer leave()
-		exe, err := b.compileSync(name, fn, inputs)
+		exe, err := b.compileSyncDonating(name, fn, donate, inputs)
 		mu.Lock()
 		defer mu.Unlock()
 		if abandoned {
@@ -117,6 +144,12 @@ func checkShapes(inputs []ir.Shape) error {
 // in flight. The model cache calls it from its own compile goroutine, which
 // outlives impatient callers so that a retry joins the compile in progress.
 func (b *Backend) compileSync(name string, fn Func, inputs []ir.Shape) (*Executable, error) {
+	return b.compileSyncDonating(name, fn, nil, inputs)
+}
+
+// compileSyncDonating is compileSync for a program with donated inputs
+// (CompileDonating).
+func (b *Backend) compileSyncDonating(name string, fn Func, donate Donation, inputs []ir.Shape) (*Executable, error) {
 	if err := checkShapes(inputs); err != nil {
 		return nil, err
 	}
@@ -125,12 +158,20 @@ func (b *Backend) compileSync(name string, fn Func, inputs []ir.Shape) (*Executa
 		return nil, err
 	}
 	defer leave()
-	g, outPos, err := b.build(name, fn, inputs)
+	g, outPos, err := b.build(name, fn, inputs, donate)
 	if err != nil {
 		return nil, err
 	}
 	exe := &Executable{b: b, name: name, inputs: inputs, g: g, outPos: outPos}
-	if dr, ok := b.drv.(driver.DirectRunner); ok {
+	if len(donate) > 0 {
+		exe.donated = make([]bool, len(inputs))
+		for i := range donate {
+			exe.donated[i] = true
+		}
+	}
+	// The direct path lends every input: a donating program runs through
+	// GoMLX, which gives the donated buffers.
+	if dr, ok := b.drv.(driver.DirectRunner); ok && exe.donated == nil {
 		if d := dr.Direct(g); d != nil {
 			exe.direct, exe.outShapes = d, d.OutputShapes()
 		}
@@ -138,7 +179,7 @@ func (b *Backend) compileSync(name string, fn Func, inputs []ir.Shape) (*Executa
 	return exe, nil
 }
 
-func (b *Backend) build(name string, fn Func, inputs []ir.Shape) (g *ir.Graph, outPos []int, err error) {
+func (b *Backend) build(name string, fn Func, inputs []ir.Shape, donate Donation) (g *ir.Graph, outPos []int, err error) {
 	if err := b.check(); err != nil {
 		return nil, nil, err
 	}
@@ -169,6 +210,15 @@ func (b *Backend) build(name string, fn Func, inputs []ir.Shape) (g *ir.Graph, o
 		}
 	}
 	compiled, outPos := compiledOutputs(outs, params)
+	if len(donate) > 0 {
+		aliases, err := donation(name, donate, inputs, outs, outPos)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := ir.SetDonation(g, aliases); err != nil {
+			return nil, nil, &errs.CompileError{Backend: b.Name(), Program: name, Err: err}
+		}
+	}
 	if gc, ok := b.drv.(driver.GraphChecker); ok {
 		if err := gc.CheckGraph(g, compiled); err != nil {
 			return nil, nil, err
@@ -178,6 +228,32 @@ func (b *Backend) build(name string, fn Func, inputs []ir.Shape) (g *ir.Graph, o
 		return nil, nil, &errs.CompileError{Backend: b.Name(), Program: name, Err: err}
 	}
 	return g, outPos, nil
+}
+
+// donation checks donate against the program's inputs and the outputs fn
+// returned, and returns it in terms of the compiled outputs (outPos).
+func donation(name string, donate Donation, inputs []ir.Shape, outs []*ir.Node, outPos []int) (map[int]int, error) {
+	aliases := make(map[int]int, len(donate))
+	taken := map[int]int{}
+	for i, j := range donate {
+		what := fmt.Sprintf("donation of input #%d to output #%d", i, j)
+		if i < 0 || i >= len(inputs) {
+			return nil, &errs.InputError{Name: name, Problem: "value", Expected: fmt.Sprintf("in a %s: an input in [0, %d)", what, len(inputs)), Got: fmt.Sprint(i)}
+		}
+		if j < 0 || j >= len(outs) {
+			return nil, &errs.InputError{Name: name, Problem: "value", Expected: fmt.Sprintf("in a %s: an output in [0, %d)", what, len(outs)), Got: fmt.Sprint(j)}
+		}
+		if got := outs[j].Shape(); !got.Equal(inputs[i]) {
+			return nil, &errs.InputError{Name: name, Problem: "shape", Expected: fmt.Sprintf("in a %s: the input's shape %s", what, inputs[i]), Got: got.String()}
+		}
+		c := outPos[j]
+		if k, dup := taken[c]; dup {
+			return nil, &errs.InputError{Name: name, Problem: "value", Expected: fmt.Sprintf("in a %s: an output no other input is donated to", what), Got: fmt.Sprintf("input #%d donated to the same output", k)}
+		}
+		taken[c] = i
+		aliases[i] = c
+	}
+	return aliases, nil
 }
 
 // compiledOutputs deduplicates the outputs (a node may be returned twice)
@@ -279,7 +355,7 @@ func (e *Executable) RunOn(ctx context.Context, dev int, inputs ...*ir.Tensor) (
 	if err != nil {
 		return nil, err
 	}
-	all, err := ir.RunOwned(e.g, dev, bufs)
+	all, err := ir.RunOwnedDonating(e.g, dev, bufs, e.donated)
 	if err != nil {
 		return nil, classify(err, e.b.Name(), fmt.Sprintf("running %q", e.name))
 	}
@@ -438,6 +514,10 @@ func (e *Executable) checkRunInputs(dev int, inputs []*ir.Tensor) error {
 		if t == nil {
 			return &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "value", Expected: "a tensor", Got: "nil"}
 		}
+		if t.CheckValid() != nil {
+			return &errs.Error{Kind: errs.FailedPrecondition, Backend: e.b.Name(), Op: "run",
+				Err: fmt.Errorf("%q input #%d: the tensor was finalized or donated to an earlier run: %w", e.name, i, ErrClosed)}
+		}
 		if got := t.Shape(); !got.Equal(e.inputs[i]) {
 			problem := "shape"
 			if got.DType != e.inputs[i].DType {
@@ -451,12 +531,32 @@ func (e *Executable) checkRunInputs(dev int, inputs []*ir.Tensor) error {
 		return &errs.Error{Kind: errs.InvalidArgument, Backend: e.b.Name(), Op: "run",
 			Err: fmt.Errorf("device %d out of range: the backend has %d device(s)", dev, len(e.b.devices))}
 	}
+	return e.checkDonatedOnce(inputs)
+}
+
+// checkDonatedOnce refuses a run that gives a donated input's tensor at
+// another position too: the run would read memory it overwrites.
+func (e *Executable) checkDonatedOnce(inputs []*ir.Tensor) error {
+	if e.donated == nil {
+		return nil
+	}
+	at := make(map[*ir.Tensor]int, len(inputs))
+	for i, t := range inputs {
+		j, seen := at[t]
+		if seen && (e.donated[i] || e.donated[j]) {
+			return &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "value",
+				Expected: "a tensor not also given for a donated input", Got: fmt.Sprintf("the tensor given for input #%d", j)}
+		}
+		at[t] = i
+	}
 	return nil
 }
 
 // placeInputs puts each input on device dev: a tensor already there is
 // lent, a host one is copied into a buffer that release frees (release is
-// always safe to call, also after an error).
+// always safe to call, also after an error). Donated inputs are placed
+// last, with ir.DonatedBuffer: their buffers go to the run, which consumes
+// them; release frees them only when placing failed before the run.
 func (e *Executable) placeInputs(dev int, inputs []*ir.Tensor) (bufs []ir.Buffer, release func(), err error) {
 	eng := e.b.drv.Engine()
 	bufs = make([]ir.Buffer, len(inputs))
@@ -469,11 +569,28 @@ func (e *Executable) placeInputs(dev int, inputs []*ir.Tensor) (bufs []ir.Buffer
 		}
 	}
 	for i, t := range inputs {
+		if e.donated != nil && e.donated[i] {
+			continue
+		}
 		b, own, err := ir.DeviceBuffer(eng, dev, t)
 		if err != nil {
 			return bufs, release, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "value", Expected: "a tensor readable on the host or on this device", Got: err.Error()}
 		}
 		bufs[i], owned[i] = b, own
+	}
+	for i, t := range inputs {
+		if e.donated == nil || !e.donated[i] {
+			continue
+		}
+		b, err := ir.DonatedBuffer(eng, dev, t)
+		if err != nil {
+			return bufs, release, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "value", Expected: "a tensor readable on the host or on this device (donated)", Got: err.Error()}
+		}
+		bufs[i], owned[i] = b, true
+	}
+	// From here the run owns the donated buffers.
+	for i, d := range e.donated {
+		owned[i] = owned[i] && !d
 	}
 	return bufs, release, nil
 }

@@ -11,8 +11,11 @@ import (
 // RunOnDevice executes on device dev and returns every output as a tensor
 // that stays on the device, owned by the caller (FinalizeAll frees it):
 // state carried from one run to the next (a KV cache, a training step's
-// weights and optimizer state) never crosses to the host. Inputs on the device are lent, host inputs are copied for the run.
-// Inputs are checked as in RunOn.
+// weights and optimizer state) never crosses to the host. Inputs on the
+// device are lent, host inputs are copied for the run; inputs the program
+// was compiled to donate (CompileDonating) are consumed instead, their
+// memory reused for the outputs that replace them. Inputs are checked as in
+// RunOn.
 func (e *Executable) RunOnDevice(ctx context.Context, dev int, inputs ...*ir.Tensor) (outs []*ir.Tensor, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -39,7 +42,7 @@ func (e *Executable) RunOnDevice(ctx context.Context, dev int, inputs ...*ir.Ten
 	if err != nil {
 		return nil, err
 	}
-	all, err := ir.RunOnDevice(e.g, dev, bufs)
+	all, err := ir.RunOnDevice(e.g, dev, bufs, e.donated)
 	if err != nil {
 		return nil, classify(err, e.b.Name(), fmt.Sprintf("running %q", e.name))
 	}

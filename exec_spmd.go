@@ -211,7 +211,7 @@ func (e *Executable) RunSharded(ctx context.Context, args [][]*ir.Tensor) (outs 
 			bufs = append(bufs, b)
 		}
 	}
-	all, err := ir.RunOnDevice(e.g, e.spmd.devices[0], bufs)
+	all, err := ir.RunOnDevice(e.g, e.spmd.devices[0], bufs, nil)
 	if err != nil {
 		return nil, classify(err, e.b.Name(), fmt.Sprintf("running %q", e.name))
 	}

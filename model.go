@@ -420,6 +420,13 @@ func (m *Model) run(ctx context.Context, inputs map[string]*ir.Tensor, strs map[
 		}
 	}
 	defer done()
+	return m.execute(ctx, me, given, inputs, real, padded, strs)
+}
+
+// execute runs a compiled specialisation me on inputs (given before
+// padding, which the index checks read), checks the computed indices, and
+// returns the outputs cut back to the real dims.
+func (m *Model) execute(ctx context.Context, me *modelExec, given, inputs map[string]*ir.Tensor, real map[string]int, padded bool, strs map[string]*StringTensor) (map[string]*ir.Tensor, map[string]*StringTensor, *onnx.Plan, error) {
 	checks := me.plan.IndexChecks()
 	if err := checks.CheckInputs(given); err != nil { // indexcheck.go in package onnx
 		return nil, nil, nil, err
@@ -439,7 +446,10 @@ func (m *Model) run(ctx context.Context, inputs map[string]*ir.Tensor, strs map[
 		}
 		args = append(args, t)
 	}
-	var res []*ir.Tensor
+	var (
+		res []*ir.Tensor
+		err error
+	)
 	if me.exe != nil { // nil when every output is STRING (strings.go)
 		res, err = me.exe.RunOn(ctx, m.device, args...)
 	}
@@ -447,12 +457,17 @@ func (m *Model) run(ctx context.Context, inputs map[string]*ir.Tensor, strs map[
 		return nil, nil, nil, err
 	}
 	if checks.HasOutput() && len(res) > len(me.outs) {
-		// Padding rows can hold computed indices the unpadded model never
-		// forms, so the check is only enforced on unpadded runs.
-		if !padded {
-			if err := checks.CheckOutput(res[len(me.outs)]); err != nil {
+		if err := checks.CheckOutput(res[len(me.outs)]); err != nil {
+			if !padded {
 				return nil, nil, nil, err
 			}
+			// Padding rows can compute indices the real rows never form:
+			// the run at the exact shapes, whose check counts only the real
+			// rows, decides (its error, or its answer).
+			for _, t := range res {
+				_ = t.FinalizeAll()
+			}
+			return m.runExact(ctx, given, strs)
 		}
 		res = res[:len(me.outs)]
 	}
@@ -475,6 +490,22 @@ func (m *Model) run(ctx context.Context, inputs map[string]*ir.Tensor, strs map[
 		}
 	}
 	return outs, souts, me.plan, nil
+}
+
+// runExact runs inputs at their own shapes, unpadded, whatever the
+// bucket plan: execute's answer to an index check that failed on a padded
+// run.
+func (m *Model) runExact(ctx context.Context, inputs map[string]*ir.Tensor, strs map[string]*StringTensor) (map[string]*ir.Tensor, map[string]*StringTensor, *onnx.Plan, error) {
+	shapes, values, err := m.checkInputs(inputs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	me, done, err := m.specialisation(ctx, shapes, values, strs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer done()
+	return m.execute(ctx, me, inputs, inputs, m.dimValues(shapes), false, strs)
 }
 
 // specialisation returns the compiled executable for these (padded)

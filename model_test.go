@@ -180,8 +180,10 @@ func TestLoadONNX(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, o := range out {
-		if d := relL2(t, o, readNPY(t, filepath.Join("testdata", "models", "mlp.output_0.npy"))); d > 1e-4 {
-			t.Errorf("relative L2 to PyTorch %.3g, want <= 1e-4", d)
+		// Measured 6.9e-8 on cpu, 5.7e-8 on xla-cpu (2026-11-26); the
+		// bound is 7 times the larger (was 1e-4).
+		if d := relL2(t, o, readNPY(t, filepath.Join("testdata", "models", "mlp.output_0.npy"))); d > 5e-7 {
+			t.Errorf("relative L2 to PyTorch %.3g, want <= 5e-7", d)
 		}
 	}
 	if _, err := b.LoadONNX(ctx, nil, "nothing"); errs.KindOf(err) != errs.InvalidArgument {

@@ -325,7 +325,9 @@ func TestPaddingBertUnderMask(t *testing.T) {
 		padded, exact, plan = runBoth(t, b, path, map[string]*ir.Tensor{"input_ids": ids, "attention_mask": mask})
 		for i, name := range []string{"hidden", "pooled"} {
 			want := readNPY(t, filepath.Join(dir, fmt.Sprintf("bert_tiny%s.output_%d.npy", set, i)))
-			if e := relL2(t, padded[name], want); e > 1e-4 {
+			// Measured up to 2.2e-7 on cpu, 2.0e-7 on xla-cpu (2026-11-26);
+			// the bound is 9 times the larger (was 1e-4).
+			if e := relL2(t, padded[name], want); e > 2e-6 {
 				t.Errorf("%s: relative L2 %.3g against PyTorch", name, e)
 			}
 			if e := relL2(t, padded[name], exact[name]); e > 1e-6 {

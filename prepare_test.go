@@ -43,7 +43,9 @@ func TestBucketsShareACompile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e := relL2(t, out["log_probs"], rows(t, ref, n)); e > 1e-5 {
+		// Measured up to 5.3e-8 on cpu, 3.8e-8 on xla-cpu (2026-11-26); the
+		// bound is 9 times the larger (was 1e-5).
+		if e := relL2(t, out["log_probs"], rows(t, ref, n)); e > 5e-7 {
 			t.Fatalf("batch %d: relative L2 %.3g", n, e)
 		}
 	}

@@ -2,7 +2,9 @@ package tensorbridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -70,7 +72,8 @@ func (b *Backend) newSharded(ctx context.Context, m *onnx.Model, spec onnx.Speci
 	if err != nil {
 		return nil, err
 	}
-	s := &shardedModel{mesh: mesh, so: so, dm: dm, weights: ws, execs: map[string]*shardedExec{}}
+	s := &shardedModel{mesh: mesh, so: so, dm: dm, weights: ws, execs: map[string]*shardedExec{},
+		placed: make([][]*ir.Tensor, 0, len(ws))} // non-nil until release: a model without weights runs too
 	// Mesh positions over the devices in coordinate order (TPUs report
 	// coordinates; other devices keep their order), so that the model
 	// axis runs over interconnect neighbours.
@@ -162,6 +165,7 @@ func (m *Model) runSharded(ctx context.Context, inputs map[string]*ir.Tensor) (m
 		return nil, err
 	}
 	real := m.dimValues(shapes)
+	given, givenShapes := inputs, shapes // what the index checks read
 	if inputs, shapes, err = m.padForMesh(inputs, shapes); err != nil {
 		return nil, err
 	}
@@ -180,6 +184,9 @@ func (m *Model) runSharded(ctx context.Context, inputs map[string]*ir.Tensor) (m
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := e.plan.IndexChecks().CheckInputs(given); err != nil { // onnx/indexcheck.go
 		return nil, err
 	}
 	n := s.mesh.Devices()
@@ -232,15 +239,24 @@ func (m *Model) runSharded(ctx context.Context, inputs map[string]*ir.Tensor) (m
 		}
 	}()
 	specs := m.m.Outputs()
-	if len(res) != len(specs)*n {
+	perDevOut := len(specs)
+	if e.layout.IndexCheck {
+		perDevOut++
+	}
+	if len(res) != perDevOut*n {
 		return nil, &errs.Error{Kind: errs.Internal, Backend: m.b.Name(), Op: "run model",
-			Err: fmt.Errorf("%d results from %d devices for %d outputs", len(res), n, len(specs))}
+			Err: fmt.Errorf("%d results from %d devices for %d outputs", len(res), n, perDevOut)}
+	}
+	if e.layout.IndexCheck {
+		if err := m.checkShardedIndices(ctx, e, res[len(specs)], given, !sameShapes(givenShapes, shapes)); err != nil {
+			return nil, err
+		}
 	}
 	outs := map[string]*ir.Tensor{}
 	for k, spec := range specs {
 		shards := make([]*ir.Tensor, n)
 		for d := range n {
-			c, err := res[d*len(specs)+k].LocalClone()
+			c, err := res[d*perDevOut+k].LocalClone()
 			if err != nil {
 				return nil, err
 			}
@@ -269,6 +285,39 @@ func (m *Model) runSharded(ctx context.Context, inputs map[string]*ir.Tensor) (m
 		outs[spec.Name] = t
 	}
 	return outs, nil
+}
+
+// checkShardedIndices checks the index check output of a sharded run
+// (replicated: device 0's copy is the whole). When padding rows took part
+// (padded), a failed check is not trusted, since they can compute indices
+// the real rows never form: the model run unpadded on one device of the
+// backend decides, and only its error counts.
+func (m *Model) checkShardedIndices(ctx context.Context, e *shardedExec, out *ir.Tensor, given map[string]*ir.Tensor, padded bool) error {
+	checks := e.plan.IndexChecks()
+	c, err := out.LocalClone()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.FinalizeAll() }()
+	err = checks.CheckOutput(c)
+	if err == nil || !padded {
+		return err
+	}
+	_, err = m.m.RunWith(ctx, m.b.drv.Engine(), given, m.prec)
+	return err
+}
+
+// sameShapes says whether a and b give every name the same dims.
+func sameShapes(a, b map[string][]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !slices.Equal(v, b[k]) {
+			return false
+		}
+	}
+	return true
 }
 
 func (e *shardedExec) execute(backend string, args []any) (res []*ir.Tensor, err error) {
@@ -417,6 +466,9 @@ func (m *Model) warmupSharded(ctx context.Context, dims []map[string]int, progre
 		m.sharded.mu.Lock()
 		if len(m.sharded.execs) > before {
 			compiled++
+			if errors.Is(err, errs.ErrInvalidInput) {
+				err = nil // compiled; the zeros' values (an index they form out of range) are not the warmup's concern
+			}
 		}
 		m.sharded.mu.Unlock()
 		if progress != nil {

@@ -78,6 +78,10 @@ type Trainer struct {
 	execs   map[string]*trainExec
 	// mesh: data-parallel training (trainer_mesh.go); nil on one device.
 	mesh *trainMesh
+	// lost is the error of a step that failed after its run consumed the
+	// weights and state donated to it; only Restore makes the Trainer
+	// usable again.
+	lost error
 }
 
 // trainExec is a compiled training step or evaluation for one input shape.
@@ -431,16 +435,18 @@ func (t *Trainer) Step(ctx context.Context, batch map[string]*ir.Tensor) (StepRe
 	outs, err := ex.exe.RunOnDevice(ctx, t.dev, args...)
 	ran := time.Since(runStart)
 	if err != nil {
+		if len(t.weights) > 0 && t.weights[0].CheckValid() != nil { // donated to the failed run
+			t.lost = err
+		}
 		return StepResult{}, err
 	}
+	// The old weights and state were donated to the run, which wrote their
+	// updates into the same device memory.
 	n := len(t.params)
-	old := t.weights
 	t.weights = outs[:n]
 	for s := range t.state {
-		old = append(old, t.state[s]...)
 		t.state[s] = outs[n*(1+s) : n*(2+s)]
 	}
-	freeAll(old)
 	t.updates++
 	res := StepResult{Step: t.updates, LR: lr}
 	if res.Loss, err = hostScalar(outs[len(outs)-2]); err == nil {
@@ -517,6 +523,10 @@ func (t *Trainer) usable(ctx context.Context) error {
 	}
 	if t.weights == nil {
 		return &errs.Error{Kind: errs.FailedPrecondition, Backend: t.b.Name(), Op: "train", Err: ErrClosed}
+	}
+	if t.lost != nil {
+		return &errs.Error{Kind: errs.FailedPrecondition, Backend: t.b.Name(), Op: "train",
+			Err: fmt.Errorf("a failed step consumed the weights and optimizer state donated to it (%v); Restore a checkpoint: %w", t.lost, ErrClosed)}
 	}
 	return ctx.Err()
 }
@@ -637,15 +647,23 @@ func (t *Trainer) exec(ctx context.Context, mb map[string]*ir.Tensor, k int, eva
 
 // compile builds and compiles the step (train.BuildStep) or evaluation
 // (train.BuildLoss) program on one device (buildProgram says what it takes
-// and returns).
+// and returns). The step donates the weights and optimizer state to their
+// updates (the first outputs, in the same order): each step updates them
+// in place instead of allotting a second copy.
 func (t *Trainer) compile(ex *trainExec, k int, eval bool) (*Executable, error) {
 	name := "train:" + t.m.path
+	var donate Donation
 	if eval {
 		name = "eval:" + t.m.path
+	} else {
+		donate = Donation{}
+		for i := range len(t.params) * (1 + len(t.slots)) {
+			donate[i] = i
+		}
 	}
-	return t.b.compileSync(name, func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+	return t.b.compileSyncDonating(name, func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
 		return t.buildProgram(g, in, ex, k, eval)
-	}, t.argShapes(ex, k, eval))
+	}, donate, t.argShapes(ex, k, eval))
 }
 
 // argShapes are the program's argument shapes: the trainable weights, the
@@ -787,6 +805,9 @@ func (t *Trainer) Weights() (map[string]*ir.Tensor, error) {
 	if t.weights == nil {
 		return nil, &errs.Error{Kind: errs.FailedPrecondition, Backend: t.b.Name(), Op: "weights", Err: ErrClosed}
 	}
+	if t.lost != nil {
+		return nil, t.usable(context.Background())
+	}
 	out := make(map[string]*ir.Tensor, len(t.params))
 	for i, p := range t.params {
 		h, err := t.hostArg(i)
@@ -807,6 +828,9 @@ func (t *Trainer) State() (*train.Checkpoint, error) {
 	defer t.mu.Unlock()
 	if t.weights == nil {
 		return nil, &errs.Error{Kind: errs.FailedPrecondition, Backend: t.b.Name(), Op: "state", Err: ErrClosed}
+	}
+	if t.lost != nil {
+		return nil, t.usable(context.Background())
 	}
 	c := &train.Checkpoint{Step: t.updates, ModelDigest: t.modelDigest, ConfigDigest: t.cfg.Digest(),
 		Config: t.cfg.Fields(), Tensors: map[string]*ir.Tensor{}}
@@ -841,7 +865,11 @@ func (t *Trainer) Restore(ctx context.Context, c *train.Checkpoint) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := t.usable(ctx); err != nil {
+	lost := t.lost
+	t.lost = nil // Restore replaces what a failed step consumed
+	err := t.usable(ctx)
+	t.lost = lost
+	if err != nil {
 		return err
 	}
 	want := map[string]ir.Shape{}
@@ -883,6 +911,7 @@ func (t *Trainer) Restore(ctx context.Context, c *train.Checkpoint) error {
 		t.state[s] = placed[n*(1+s) : n*(2+s)]
 	}
 	freeAll(old)
+	t.lost = nil
 	t.updates = c.Step
 	if t.mesh != nil {
 		return t.replicate()

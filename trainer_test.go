@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"math"
 	"os"
 	"path/filepath"
@@ -142,8 +143,12 @@ func trainFixture(t *testing.T, b *tensorbridge.Backend, model string, r torchRu
 }
 
 // TestTrainMatchesPyTorch trains each fixture model with each optimizer and
-// compares every step's loss with PyTorch's (relative 1e-3) and the trained
-// model's output on the first 8 samples (relative L2 1e-3).
+// compares every step's loss with PyTorch's (relative 3e-6) and the trained
+// model's output on the first 8 samples (relative L2 8e-6). Measured
+// (2026-11-26): losses up to 3.4e-7 on cpu (regression_mse), 2.2e-7 on
+// xla-cpu; outputs up to 4.6e-7 on cpu, 8.3e-7 on xla-cpu
+// (decoder_lossgraph). The bounds are 8.8 and 9.7 times the largest (were
+// 1e-3 and 1e-3).
 func TestTrainMatchesPyTorch(t *testing.T) {
 	b := openTest(t)
 	for _, tc := range []struct{ model, run string }{
@@ -156,7 +161,7 @@ func TestTrainMatchesPyTorch(t *testing.T) {
 			r := readTorchRun(t, tc.model, tc.run)
 			tr, losses := trainFixture(t, b, tc.model, r, nil)
 			for i, l := range losses {
-				if rel := math.Abs(l-r.Losses[i]) / math.Abs(r.Losses[i]); rel > 1e-3 || math.IsNaN(l) {
+				if rel := math.Abs(l-r.Losses[i]) / math.Abs(r.Losses[i]); rel > 3e-6 || math.IsNaN(l) {
 					t.Errorf("step %d: loss %.7g, PyTorch %.7g (relative %.2g)", i+1, l, r.Losses[i], rel)
 				}
 			}
@@ -208,7 +213,7 @@ func checkTrainedOutput(t *testing.T, b *tensorbridge.Backend, tr *tensorbridge.
 		d += (float64(got[i]) - float64(want[i])) * (float64(got[i]) - float64(want[i]))
 		n += float64(want[i]) * float64(want[i])
 	}
-	if rel := math.Sqrt(d / n); rel > 1e-3 || math.IsNaN(rel) {
+	if rel := math.Sqrt(d / n); rel > 8e-6 || math.IsNaN(rel) { // see TestTrainMatchesPyTorch
 		t.Errorf("trained output %q: relative L2 %.2g from PyTorch's", output, rel)
 	}
 }
@@ -395,8 +400,10 @@ func TestTrainerOptimizersExact(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				// float32 against float64: measured ~1e-7 relative.
-				if rel := math.Abs(res.Loss-want) / want; rel > 1e-5 {
+				// float32 against float64: measured up to 3.4e-7 relative
+				// on cpu, 1.8e-7 on xla-cpu (2026-11-26); the bound is 8.8
+				// times the larger (was 1e-5).
+				if rel := math.Abs(res.Loss-want) / want; rel > 3e-6 {
 					t.Errorf("step %d: loss %.8g, reference %.8g", i+1, res.Loss, want)
 				}
 			}
@@ -406,7 +413,9 @@ func TestTrainerOptimizersExact(t *testing.T) {
 			}
 			got := append(flat32(t, w["w"]), flat32(t, w["b"])...)
 			for k := range got {
-				if d := math.Abs(float64(got[k]) - ref.p[k]); d > 1e-5*math.Max(1, math.Abs(ref.p[k])) {
+				// Measured up to 1.65e-7 (scaled by max(1, |p|)) on cpu,
+				// 9.6e-8 on xla-cpu; the bound is 9 times the larger (was 1e-5).
+				if d := math.Abs(float64(got[k]) - ref.p[k]); d > 1.5e-6*math.Max(1, math.Abs(ref.p[k])) {
 					t.Errorf("parameter %d after 6 steps: %.8g, reference %.8g", k, got[k], ref.p[k])
 				}
 			}
@@ -632,7 +641,7 @@ func TestTrainerDataParallel(t *testing.T) {
 	}
 	b, err := tensorbridge.Open(context.Background(), "xla-cpu:devices=8")
 	if err != nil {
-		t.Skipf("xla-cpu: %v", err)
+		testreq.Skipf(t, "xla-cpu: %v", err) // a failure where CI installs the plugin
 	}
 	defer b.Close()
 	for _, tc := range []struct{ model, run, mesh, strategy string }{
@@ -643,7 +652,9 @@ func TestTrainerDataParallel(t *testing.T) {
 			r := readTorchRun(t, tc.model, tc.run)
 			tr, losses := trainFixture(t, b, tc.model, r, func(c *train.Config) { c.Mesh, c.Strategy = tc.mesh, tc.strategy })
 			for i, l := range losses {
-				if rel := math.Abs(l-r.Losses[i]) / r.Losses[i]; rel > 1e-3 || math.IsNaN(l) {
+				// Measured up to 2.0e-7 on xla-cpu (2026-11-26); the bound
+				// is 9.8 times that (was 1e-3).
+				if rel := math.Abs(l-r.Losses[i]) / r.Losses[i]; rel > 2e-6 || math.IsNaN(l) {
 					t.Errorf("step %d: loss %.7g, PyTorch %.7g (relative %.2g)", i+1, l, r.Losses[i], rel)
 				}
 			}
@@ -702,14 +713,14 @@ func TestTrainerDataParallel(t *testing.T) {
 // state over the model axis as shard.Weight splits it for inference; every
 // step's loss equals the one-device run's within float rounding (the
 // partitioned matmuls sum their partial products in another order) and
-// PyTorch's within 1e-3, and the trained model's outputs match PyTorch's.
+// PyTorch's within 1.4e-6, and the trained model's outputs match PyTorch's.
 func TestTrainerTensorParallel(t *testing.T) {
 	if testBackend() != "xla-cpu" {
 		t.Skip("runs on xla-cpu (TENSORBRIDGE_TEST_BACKEND=xla-cpu): host devices make the mesh")
 	}
 	b, err := tensorbridge.Open(context.Background(), "xla-cpu:devices=4")
 	if err != nil {
-		t.Skipf("xla-cpu: %v", err)
+		testreq.Skipf(t, "xla-cpu: %v", err) // a failure where CI installs the plugin
 	}
 	defer b.Close()
 	// Measured (xla-cpu, 4 host devices, 12 steps each): the largest
@@ -730,7 +741,9 @@ func TestTrainerTensorParallel(t *testing.T) {
 					if rel > tol || math.IsNaN(l) {
 						t.Errorf("step %d: loss %.9g, one device %.9g (relative %.2g > %.2g)", i+1, l, single[i], rel, tol)
 					}
-					if rel := math.Abs(l-r.Losses[i]) / r.Losses[i]; rel > 1e-3 {
+					// Measured up to 1.5e-7 on xla-cpu (2026-11-26); the
+					// bound is 9.4 times that (was 1e-3).
+					if rel := math.Abs(l-r.Losses[i]) / r.Losses[i]; rel > 1.4e-6 {
 						t.Errorf("step %d: loss %.7g, PyTorch %.7g (relative %.2g)", i+1, l, r.Losses[i], rel)
 					}
 				}

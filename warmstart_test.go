@@ -54,8 +54,10 @@ func TestWarmStartByModelDigest(t *testing.T) {
 		}
 		for i, spec := range m.Outputs() {
 			want := readNPY(t, filepath.Join("testdata", "models", fmt.Sprintf("%s.output_%d.npy", name, i)))
-			if e := relL2(t, out[spec.Name], want); e > 1e-4 {
-				t.Errorf("%s output %s: relative L2 error %.3g > 1e-4", name, spec.Name, e)
+			// Measured up to 2.4e-7 on cpu and xla-cpu (2026-11-26); the
+			// bound is 8 times that (was 1e-4).
+			if e := relL2(t, out[spec.Name], want); e > 2e-6 {
+				t.Errorf("%s output %s: relative L2 error %.3g > 2e-6", name, spec.Name, e)
 			}
 		}
 		return b.CacheStats()

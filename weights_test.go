@@ -53,10 +53,15 @@ func TestWeightsOnDeviceMatchConstants(t *testing.T) {
 				}
 				for i, spec := range dev.Outputs() {
 					want := readNPY(t, filepath.Join("testdata", "models", fmt.Sprintf("%s%s.output_%d.npy", rm.name, set, i)))
-					if e := relL2(t, d[spec.Name], a[spec.Name]); e > 1e-5 {
+					// Measured (2026-11-26): 0 on cpu; on xla-cpu 0 for the
+					// convnets and up to 2.1e-7 for the BERTs (constants are
+					// folded differently). Against PyTorch up to 7.6e-7 on
+					// cpu and 1.06e-6 on xla-cpu (mobilenet). The bounds are
+					// 9.6 and 9.4 times the largest (were 1e-5 and 1e-4).
+					if e := relL2(t, d[spec.Name], a[spec.Name]); e > 2e-6 {
 						t.Errorf("set %q output %s: weights on device differ from constants by rel L2 %.3g", set, spec.Name, e)
 					}
-					if e := relL2(t, d[spec.Name], want); e > 1e-4 {
+					if e := relL2(t, d[spec.Name], want); e > 1e-5 {
 						t.Errorf("set %q output %s: rel L2 %.3g from PyTorch", set, spec.Name, e)
 					}
 				}

@@ -72,6 +72,13 @@ func FreeBuffer(e Engine, b Buffer) error {
 // device buffer is already freed. It returns an error rather than panicking.
 // If it fails, no output buffer is left behind.
 func RunOwned(g *Graph, dev int, inputs []Buffer) (outs []*Tensor, err error) {
+	return RunOwnedDonating(g, dev, inputs, nil)
+}
+
+// RunOwnedDonating is RunOwned where donate[i] gives inputs[i] to the run
+// (see DonatedBuffer): it is consumed whether the run succeeds or not. A
+// nil donate donates nothing.
+func RunOwnedDonating(g *Graph, dev int, inputs []Buffer, donate []bool) (outs []*Tensor, err error) {
 	var results []*Tensor
 	defer func() {
 		if r := recover(); r != nil {
@@ -90,7 +97,10 @@ func RunOwned(g *Graph, dev int, inputs []Buffer) (outs []*Tensor, err error) {
 			outs = nil
 		}
 	}()
-	results = g.RunWithBuffers(inputs, make([]bool, len(inputs)), backends.DeviceNum(dev))
+	if donate == nil {
+		donate = make([]bool, len(inputs))
+	}
+	results = g.RunWithBuffers(inputs, donate, backends.DeviceNum(dev))
 	for i, t := range results {
 		h, err := toHost(t)
 		if err != nil {
@@ -118,11 +128,12 @@ func toHost(t *Tensor) (*Tensor, error) {
 // IsNotImplemented reports whether err says the backend lacks an op.
 func IsNotImplemented(err error) bool { return errors.Is(err, ErrNotImplemented) }
 
-// RunOnDevice executes the compiled graph g on device dev with inputs (not
-// donated: they stay valid) and returns its outputs as device tensors the
+// RunOnDevice executes the compiled graph g on device dev with inputs
+// (those with donate[i] given to the run and consumed, see
+// RunOwnedDonating; a nil donate donates nothing) and returns its outputs as device tensors the
 // caller owns and frees (FinalizeAll). It returns an error rather than
 // panicking; if it fails, no output buffer is left behind.
-func RunOnDevice(g *Graph, dev int, inputs []Buffer) (outs []*Tensor, err error) {
+func RunOnDevice(g *Graph, dev int, inputs []Buffer, donate []bool) (outs []*Tensor, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			if e, ok := r.(error); ok {
@@ -138,6 +149,9 @@ func RunOnDevice(g *Graph, dev int, inputs []Buffer) (outs []*Tensor, err error)
 			outs = nil
 		}
 	}()
-	outs = g.RunWithBuffers(inputs, make([]bool, len(inputs)), backends.DeviceNum(dev))
+	if donate == nil {
+		donate = make([]bool, len(inputs))
+	}
+	outs = g.RunWithBuffers(inputs, donate, backends.DeviceNum(dev))
 	return outs, nil
 }

@@ -103,6 +103,9 @@ type Engine struct {
 	stats      stepStats
 	scatter    bool      // cache writes by ScatterUpdate (cpu backend)
 	tp         *engineTP // the other devices' cache shares with a mesh (mesh.go)
+	// cacheLost is set by a failed run that consumed the caches (see
+	// runStep); the loop ends every running sequence and clears it.
+	cacheLost bool
 
 	queue   chan *seq
 	closing chan struct{}
@@ -399,6 +402,12 @@ func (e *Engine) loop() {
 			tok, lp, err := e.runPrefill(ctx, e.prefill[p], p, s.req.Prompt, s.slot, row{s: s.req.Sampling})
 			if err != nil {
 				finish(s, "error", err)
+				if e.cacheLost { // the running sequences' cache rows are gone too
+					for _, a := range active {
+						finish(a, "error", err)
+					}
+					active, e.cacheLost = nil, false
+				}
 				continue
 			}
 			s.pos = len(s.req.Prompt)
@@ -433,6 +442,7 @@ func (e *Engine) loop() {
 			rows[i] = row{token: s.last, pos: s.pos, slot: s.slot, s: s.req.Sampling, index: s.n}
 		}
 		toks, lps, err := e.runDecode(ctx, e.decode[b], b, rows)
+		e.cacheLost = false // every active sequence ends on err
 		kept = active[:0]
 		for i, s := range active {
 			if err != nil {

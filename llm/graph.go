@@ -166,7 +166,12 @@ func step(c *Config, w netWeights, tokens, positions *Node, cache *cacheIO) (hid
 	grp := hq / hkv
 	x := Gather(w.embed(), Reshape(tokens, b*t, 1))
 	var cachedK, cachedV, cachedPos *Node
-	if cache != nil && !cache.prefill {
+	inPlace := cache != nil && !cache.prefill && !cache.scatter
+	kc, vc := (*Node)(nil), (*Node)(nil)
+	if inPlace {
+		kc, vc = cache.k, cache.v
+		cachedPos = livePositions(positions, kc.Shape().Dimensions[1])
+	} else if cache != nil && !cache.prefill {
 		idx := Reshape(cache.slots, b, 1)
 		cachedK = Gather(cache.k, idx) // [B, maxContext, L, Hkv, D]
 		cachedV = Gather(cache.v, idx)
@@ -194,7 +199,10 @@ func step(c *Config, w netWeights, tokens, positions *Node, cache *cacheIO) (hid
 		ks, vs = append(ks, k), append(vs, v)
 		q5 := Reshape(q, b, t, hkv, grp, d)
 		var att *Node
-		if cachedK == nil {
+		if inPlace {
+			kc, vc = writeLayer(cache, kc, k, l, positions), writeLayer(cache, vc, v, l, positions)
+			att = attention(c, q5, readLayer(kc, cache.slots, l), readLayer(vc, cache.slots, l), positions, cachedPos)
+		} else if cachedK == nil {
 			att = attention(c, q5, k, v, positions, Iota(g, ir.MakeShape(ir.Int32, b, t), 1))
 		} else {
 			layerOf := func(x *Node) *Node {
@@ -214,6 +222,9 @@ func step(c *Config, w netWeights, tokens, positions *Node, cache *cacheIO) (hid
 	hidden = rmsNorm(x, w.norm(), c.RMSEps)
 	if cache == nil {
 		return hidden, nil, nil
+	}
+	if inPlace {
+		return hidden, kc, vc
 	}
 	kAll, vAll := Stack(ks, 2), Stack(vs, 2) // [B, T, L, Hkv, D]
 	return hidden, writeCache(cache, cache.k, kAll, positions), writeCache(cache, cache.v, vAll, positions)
@@ -239,6 +250,48 @@ func writeCache(io *cacheIO, cache, block, positions *Node) *Node {
 		cache = DynamicUpdateSlice(cache, row, []*Node{slot, pos, zero, zero, zero})
 	}
 	return cache
+}
+
+// In-place decode (XLA backends): each layer writes its new keys and
+// values into the cache first (writeLayer) and then attends to its cache
+// rows (readLayer), which now hold them. Every read of the cache thus
+// comes after the write before it and feeds the next layer's write, so XLA
+// can run the whole step in the donated cache's memory. Reading the cached
+// rows before writing the block (as the cpu path does) leaves the last
+// layer's read unordered against the write, and XLA then copies the whole
+// cache, twice, to keep that read safe.
+
+// livePositions is each row's key positions [B, mc] in a cache of mc
+// positions: those up to the row's own (written this step), noKey beyond.
+func livePositions(positions *Node, mc int) *Node {
+	g := positions.Graph()
+	b := positions.Shape().Dimensions[0]
+	iota := Iota(g, ir.MakeShape(ir.Int32, b, mc), 1)
+	return Where(LessOrEqual(iota, BroadcastToDims(positions, b, mc)), iota, BroadcastToDims(ConstAsDType(g, ir.Int32, noKey), b, mc))
+}
+
+// writeLayer stores layer l's block [B, 1, Hkv, D] into cache at each
+// row's slot and position, one DynamicUpdateSlice per row.
+func writeLayer(io *cacheIO, cache, block *Node, l int, positions *Node) *Node {
+	g := cache.Graph()
+	dims := block.Shape().Dimensions
+	block = ConvertDType(block, cache.DType())
+	zero, layer := ConstAsDType(g, ir.Int32, 0), ConstAsDType(g, ir.Int32, l)
+	for i := range dims[0] {
+		slot := Reshape(Slice(io.slots, AxisRange(i, i+1)))
+		pos := Reshape(Slice(positions, AxisRange(i, i+1), AxisRange(0, 1)))
+		row := Reshape(Slice(block, AxisRange(i, i+1)), 1, 1, 1, dims[2], dims[3])
+		cache = DynamicUpdateSlice(cache, row, []*Node{slot, pos, layer, zero, zero})
+	}
+	return cache
+}
+
+// readLayer gathers layer l of each row's slot: [B, maxContext, Hkv, D].
+func readLayer(cache, slots *Node, l int) *Node {
+	dims := cache.Shape().Dimensions
+	b := slots.Shape().Dimensions[0]
+	layer := Slice(cache, AxisRange(), AxisRange(), AxisRange(l, l+1))
+	return Reshape(Gather(layer, Reshape(slots, b, 1)), b, dims[1], dims[3], dims[4])
 }
 
 // logits is the LM head on hidden [N, H], in float32.

@@ -2,6 +2,7 @@ package llm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -12,9 +13,11 @@ import (
 )
 
 // The compiled programs. Both take the weights, the K and V caches
-// [L, slots+1, maxContext, Hkv, D], their block of tokens and the
+// [slots+1, maxContext, L, Hkv, D], their block of tokens and the
 // sampling parameters, and return the sampled token, its log-probability
-// and the updated caches.
+// and the updated caches. The caches are donated to their updates
+// (cacheDonation): each run writes its block into the cache's own memory
+// instead of copying the whole cache into a new buffer.
 //
 // prefill(P): tokens [1, P] (padded), length [1], slot [1], sampling [1]
 // each. decode(B): tokens [B, 1], positions [B, 1], slots [B], sampling
@@ -39,7 +42,7 @@ func (e *Engine) compilePrefill(ctx context.Context, p int) (*tensorbridge.Execu
 	shapes := append(e.m.weightShapes(), e.cacheShape, e.cacheShape,
 		ir.MakeShape(ir.Int32, 1, p), ir.MakeShape(ir.Int32, 1), ir.MakeShape(ir.Int32, 1))
 	shapes = append(shapes, sampleShapes(1)...)
-	return e.compile(ctx, fmt.Sprintf("llm-prefill-%d", p), func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+	return e.compile(ctx, fmt.Sprintf("llm-prefill-%d", p), cacheDonation(nw), func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
 		w := newNetWeights(c, in)
 		kc, vc := in[nw], in[nw+1]
 		tokens, length, slot := in[nw+2], in[nw+3], in[nw+4]
@@ -59,7 +62,7 @@ func (e *Engine) compileDecode(ctx context.Context, b int) (*tensorbridge.Execut
 	shapes := append(e.m.weightShapes(), e.cacheShape, e.cacheShape,
 		ir.MakeShape(ir.Int32, b, 1), ir.MakeShape(ir.Int32, b, 1), ir.MakeShape(ir.Int32, b))
 	shapes = append(shapes, sampleShapes(b)...)
-	return e.compile(ctx, fmt.Sprintf("llm-decode-%d", b), func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+	return e.compile(ctx, fmt.Sprintf("llm-decode-%d", b), cacheDonation(nw), func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
 		w := newNetWeights(c, in)
 		kc, vc := in[nw], in[nw+1]
 		tokens, pos, slots := in[nw+2], in[nw+3], in[nw+4]
@@ -69,13 +72,20 @@ func (e *Engine) compileDecode(ctx context.Context, b int) (*tensorbridge.Execut
 	}, shapes...)
 }
 
-// compile compiles one program and counts it.
-func (e *Engine) compile(ctx context.Context, name string, fn tensorbridge.Func, shapes ...ir.Shape) (*tensorbridge.Executable, error) {
+// cacheDonation gives a program's K and V cache inputs (after the nw
+// weight inputs) to its outputs 2 and 3, the updated caches.
+func cacheDonation(nw int) tensorbridge.Donation {
+	return tensorbridge.Donation{nw: 2, nw + 1: 3}
+}
+
+// compile compiles one program, with donate's inputs donated
+// (Backend.CompileDonating), and counts it.
+func (e *Engine) compile(ctx context.Context, name string, donate tensorbridge.Donation, fn tensorbridge.Func, shapes ...ir.Shape) (*tensorbridge.Executable, error) {
 	e.compiles.Add(1)
 	if e.m.tp != nil {
 		return e.compileMeshProgram(ctx, name, fn, shapes)
 	}
-	return e.m.b.Compile(ctx, name, fn, shapes...)
+	return e.m.b.CompileDonating(ctx, name, fn, donate, shapes...)
 }
 
 // row is one sequence's inputs to a program run.
@@ -126,7 +136,10 @@ func sampleTensors(rows []row, n int) ([]*ir.Tensor, error) {
 
 // runStep runs a program on the cache and rows' inputs; it replaces the
 // engine's caches by the program's outputs and returns each row's token
-// and log-probability.
+// and log-probability. The run consumes the caches it is given (they are
+// donated); when it fails after that, the engine gets new zeroed caches
+// and cacheLost is set, so that every sequence holding state in them is
+// ended with the error.
 func (e *Engine) runStep(ctx context.Context, exe *tensorbridge.Executable, blocks []*ir.Tensor, rows []row, n int) (toks []int, lps []float32, err error) {
 	if e.m.tp != nil {
 		return e.runStepMesh(ctx, exe, blocks, rows, n)
@@ -148,6 +161,14 @@ func (e *Engine) runStep(ctx context.Context, exe *tensorbridge.Executable, bloc
 	runStart := time.Now()
 	outs, err := exe.RunOnDevice(ctx, 0, in...)
 	if err != nil {
+		if e.kc.CheckValid() != nil || e.vc.CheckValid() != nil {
+			e.cacheLost = true
+			_ = e.kc.FinalizeAll()
+			_ = e.vc.FinalizeAll()
+			if aerr := e.allocCache(); aerr != nil {
+				return nil, nil, errors.Join(err, aerr)
+			}
+		}
 		return nil, nil, err
 	}
 	defer freeAll(outs[:2])
@@ -157,9 +178,7 @@ func (e *Engine) runStep(ctx context.Context, exe *tensorbridge.Executable, bloc
 		lps, err = float32s(outs[1])
 	}
 	inProgram = time.Since(runStart)
-	_ = e.kc.FinalizeAll()
-	_ = e.vc.FinalizeAll()
-	e.kc, e.vc = outs[2], outs[3]
+	e.kc, e.vc = outs[2], outs[3] // the old ones were donated to the run
 	return toks, lps, err
 }
 

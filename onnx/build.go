@@ -383,8 +383,8 @@ type builder struct {
 	wideBF16 bool
 	// trace, when not nil, records the graph nodes each ONNX node created.
 	trace *nodeTrace
-	// idx records index range checks (indexcheck.go); nil outside the
-	// main graph (subgraphs, folds).
+	// idx records index range checks (indexcheck.go): the main graph's
+	// and its control-flow bodies'; nil in constant folds.
 	idx *indexRecorder
 }
 
@@ -423,7 +423,8 @@ func (b *builder) buildSubgraph(g *onnxpb.Graph, inputs []*value) ([]*value, err
 	if sg == nil {
 		return nil, fmt.Errorf("subgraph %q was not prepared", g.Name)
 	}
-	child := &builder{m: b.m, g: b.g, vals: map[string]*value{}, parent: b, prec: b.prec, emulate: b.emulate, wideBF16: b.wideBF16, trace: b.trace}
+	child := &builder{m: b.m, g: b.g, vals: map[string]*value{}, parent: b, prec: b.prec, emulate: b.emulate, wideBF16: b.wideBF16, trace: b.trace,
+		idx: b.idx} // a body's index checks reach the outer graph's check output (indexcheck.go)
 	for name, t := range sg.inits {
 		dt := b.prec.hostDT(sg.initDT[name])
 		child.vals[name] = &value{name: name, dt: dt, host: hostFromIR(t, dt)}

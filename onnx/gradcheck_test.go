@@ -26,6 +26,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
@@ -166,7 +167,7 @@ func TestGradCheckXLACPU(t *testing.T) {
 		t.Fatal("the pjrt backend is not linked in")
 	}
 	if av := d.Probe(t.Context()); !av.Available {
-		t.Skipf("xla-cpu unavailable: %s", av.Reason)
+		testreq.Skipf(t, "xla-cpu unavailable: %s", av.Reason)
 	}
 	b, err := d.Open(t.Context(), nil)
 	if err != nil {
@@ -181,7 +182,7 @@ func TestGradCheckXLACPU(t *testing.T) {
 func gcRun(t *testing.T, eng ir.Engine, perOpMax int, update bool) {
 	dir := gcNodeDir()
 	if dir == "" {
-		t.Skip("ONNX node tests not installed (scripts/fetch-onnx-node-tests.sh)")
+		testreq.Skipf(t, "ONNX node tests not installed (scripts/fetch-onnx-node-tests.sh)")
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {

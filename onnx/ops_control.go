@@ -38,18 +38,22 @@ func convIf(c *opCtx) error {
 		}
 		return c.setBranchOutputs(outs)
 	}
+	cond := graph.Reshape(c.in(0))
+	restore := c.b.idx.gateWith(cond) // each branch's index checks count only when it is taken (indexcheck.go)
 	thenOuts, err := c.b.buildSubgraph(thenG.G, nil)
+	restore()
 	if err != nil {
 		return err
 	}
+	restore = c.b.idx.gateWith(graph.LogicalNot(cond))
 	elseOuts, err := c.b.buildSubgraph(elseG.G, nil)
+	restore()
 	if err != nil {
 		return err
 	}
 	if len(thenOuts) != len(elseOuts) {
 		c.fail("branches have %d and %d outputs", len(thenOuts), len(elseOuts))
 	}
-	cond := graph.Reshape(c.in(0))
 	for k := range thenOuts {
 		if thenOuts[k].seq != nil || elseOuts[k].seq != nil || thenOuts[k].none || elseOuts[k].none {
 			c.selectStructured(k, cond, thenOuts[k], elseOuts[k]) // values.go

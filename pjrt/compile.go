@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -20,6 +21,42 @@ import (
 type Builder struct {
 	*lower.Builder
 	eng *Engine
+	// donated is what SetDonated asked for: parameter position -> output
+	// index, given to the program as lower.Program.Donated.
+	donated map[int]int
+}
+
+// SetDonated asks Compile to alias each parameter in donated (its
+// position) to the output that replaces it (lower.Program.Donated): XLA
+// then writes that output into the parameter's buffer, and an execution
+// that donates the parameter's buffer (Execute's donate flag) gives it up.
+// Compile checks the positions and that each pair has one shape.
+func (b *Builder) SetDonated(donated map[int]int) error {
+	b.donated = maps.Clone(donated)
+	return nil
+}
+
+// checkDonated checks the donation asked for against the finished
+// program: positions in range, one shape on both sides, each output
+// aliased once.
+func checkDonated(prog *lower.Program, donated map[int]int) error {
+	taken := map[int]int{}
+	for i, j := range donated {
+		if i < 0 || i >= len(prog.ParamShapes) {
+			return fmt.Errorf("donated parameter %d: the program has %d parameters", i, len(prog.ParamShapes))
+		}
+		if j < 0 || j >= len(prog.OutputShapes) {
+			return fmt.Errorf("parameter %d donated to output %d: the program has %d outputs", i, j, len(prog.OutputShapes))
+		}
+		if !prog.ParamShapes[i].Equal(prog.OutputShapes[j]) {
+			return fmt.Errorf("parameter %d (%s) donated to output %d of another shape (%s)", i, prog.ParamShapes[i], j, prog.OutputShapes[j])
+		}
+		if k, dup := taken[j]; dup {
+			return fmt.Errorf("parameters %d and %d both donated to output %d", min(i, k), max(i, k), j)
+		}
+		taken[j] = i
+	}
+	return nil
 }
 
 var _ backends.Builder = (*Builder)(nil)
@@ -34,6 +71,12 @@ func (b *Builder) Compile(outputs []backends.Op, shardings []*backends.ShardingS
 	prog, err := b.Finish(outputs, shardings)
 	if err != nil {
 		return nil, err
+	}
+	if len(b.donated) > 0 {
+		if err := checkDonated(prog, b.donated); err != nil {
+			return nil, &errs.CompileError{Backend: b.eng.name, Program: prog.Name, Err: err}
+		}
+		prog.Donated = b.donated
 	}
 	exe, err := b.eng.CompileProgram(context.Background(), prog)
 	if err != nil {
@@ -331,15 +374,22 @@ func (x *Executable) Outputs() []shapes.Shape { return slices.Clone(x.prog.Outpu
 // Execute runs the program. Inputs are given device-major: for a program
 // over N devices, inputs[d*P+i] is parameter i on the d-th device of the
 // assignment, and outputs come back the same way. A portable program runs
-// on defaultDevice. Inputs on the wrong device are copied; donated inputs
-// are finalized after the run.
+// on defaultDevice. Inputs on the wrong device are copied.
+//
+// donate[k] gives input k's buffer to the run: once the input checks pass
+// it is consumed whether the run succeeds or fails (finalized: using it
+// again is an error wrapping errs.ErrClosed). Where the program aliases
+// the parameter to an output (lower.Program.Donated), the runtime writes
+// that output into the buffer's memory; an aliased parameter whose input
+// is not donated is marked non-donatable, so the runtime copies it and
+// the caller's buffer stays valid.
 func (x *Executable) Execute(inputs []backends.Buffer, donate []bool, defaultDevice backends.DeviceNum) ([]backends.Buffer, error) {
 	return x.ExecuteContext(context.Background(), inputs, donate, defaultDevice)
 }
 
 // ExecuteContext is Execute with a context; canceling it abandons the wait
 // (the plugin finishes the run and its outputs are freed).
-func (x *Executable) ExecuteContext(ctx context.Context, inputs []backends.Buffer, donate []bool, defaultDevice backends.DeviceNum) ([]backends.Buffer, error) {
+func (x *Executable) ExecuteContext(ctx context.Context, inputs []backends.Buffer, donate []bool, defaultDevice backends.DeviceNum) (_ []backends.Buffer, err error) {
 	const op = "execute"
 	e := x.eng
 	if err := e.check(op); err != nil {
@@ -361,6 +411,16 @@ func (x *Executable) ExecuteContext(ctx context.Context, inputs []backends.Buffe
 		return nil, &errs.InputError{Name: prog.Name, Problem: "count",
 			Expected: fmt.Sprintf("%d donate flags (or none)", len(inputs)), Got: fmt.Sprint(len(donate))}
 	}
+	// Donated inputs are consumed on every path from here.
+	defer func() {
+		if err != nil {
+			for i, d := range donate {
+				if d {
+					_ = e.BufferFinalize(inputs[i])
+				}
+			}
+		}
+	}()
 	targets := x.targets
 	if prog.Portable() {
 		if _, err := e.device(defaultDevice); err != nil {
@@ -417,7 +477,7 @@ func (x *Executable) ExecuteContext(ctx context.Context, inputs []backends.Buffe
 	}
 
 	var args [][]*capi.Buffer
-	opts := &capi.ExecuteOptions{}
+	opts := &capi.ExecuteOptions{NonDonatable: nonDonatable(prog, donate)}
 	if prog.Portable() {
 		args = perPos
 		opts.Device, _ = e.device(defaultDevice)
@@ -482,4 +542,23 @@ func (x *Executable) ExecuteContext(ctx context.Context, inputs []backends.Buffe
 		}
 	}
 	return result, nil
+}
+
+// nonDonatable lists the parameters the program aliases to outputs whose
+// inputs are not donated (on any device: donate is device-major, as
+// Execute's inputs), sorted. The runtime must not reuse those buffers.
+func nonDonatable(prog *lower.Program, donate []bool) []int {
+	var out []int
+	numParams := len(prog.ParamShapes)
+	for i := range prog.Donated {
+		given := donate != nil
+		for k := i; given && k < len(donate); k += numParams {
+			given = donate[k]
+		}
+		if !given {
+			out = append(out, i)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

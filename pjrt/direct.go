@@ -198,7 +198,8 @@ func (x *Executable) runDirect(dev int, in []driver.DirectArg, out [][]byte) err
 		args = append(args, pb)
 	}
 
-	opts := capi.ExecuteOptions{}
+	// A direct run donates nothing: its lent buffers stay the caller's.
+	opts := capi.ExecuteOptions{NonDonatable: nonDonatable(prog, nil)}
 	if prog.Portable() {
 		opts.Device = d
 	}

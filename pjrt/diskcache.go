@@ -3,6 +3,8 @@ package pjrt
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -143,6 +145,11 @@ func (b *Backend) cacheKey(prog *lower.Program) (cache.Key, error) {
 	for i, s := range prog.ParamShapes {
 		inputs[i] = s.String()
 	}
+	extra := map[string]string{"lowering": lowerVersion}
+	if len(prog.Donated) > 0 {
+		// Text does not carry the aliasing CompileText adds.
+		extra["donated"] = donatedKey(prog.Donated)
+	}
 	return cache.Key{
 		Name:           prog.Name,
 		ProgramFormat:  "stablehlo-mlir",
@@ -155,6 +162,16 @@ func (b *Backend) cacheKey(prog *lower.Program) (cache.Key, error) {
 		PluginVersion:  fmt.Sprintf("%s %s; PJRT C API %d.%d", b.eng.Platform(), b.eng.version, major, minor),
 		DeviceKind:     strings.Join(kindList, ","),
 		Topology:       fmt.Sprintf("%d addressable device(s), assignment %v", b.eng.NumDevices(), prog.DeviceAssignment),
-		Extra:          map[string]string{"lowering": lowerVersion},
+		Extra:          extra,
 	}, nil
+}
+
+// donatedKey writes a donation map in parameter order ("0>3 5>4").
+func donatedKey(donated map[int]int) string {
+	keys := slices.Sorted(maps.Keys(donated))
+	parts := make([]string, len(keys))
+	for n, i := range keys {
+		parts[n] = fmt.Sprintf("%d>%d", i, donated[i])
+	}
+	return strings.Join(parts, " ")
 }

@@ -15,7 +15,7 @@ import (
 func TestPortableExecutablesShared(t *testing.T) {
 	eng := cpuEngine(t)
 	if len(eng.devices) < 2 {
-		t.Skip("needs 2 devices")
+		t.Fatalf("the engine opened with devices=2 has %d devices", len(eng.devices))
 	}
 	baseExe, baseHold := eng.Shared()
 	x := vec(f32s(1.5, -2, 3))

@@ -24,6 +24,9 @@ type Layout struct {
 	WeightsTotal int64
 	// Notes say which weights could not be split, and why.
 	Notes []string
+	// IndexCheck: the program returns onnx.IndexCheckOutput, replicated,
+	// after the model's outputs.
+	IndexCheck bool
 }
 
 // Spec returns the GoMLX sharding spec of a split (nil on one device).
@@ -124,6 +127,11 @@ func Build(g *ir.Graph, p *onnx.Plan, mesh Mesh, so Options, assign ...int) (l *
 		l.Outputs = append(l.Outputs, pl)
 		outs = append(outs, n)
 		specs = append(specs, spec(pl))
+	}
+	if n := built[onnx.IndexCheckOutput]; n != nil { // computed indices' range (onnx/indexcheck.go): replicated, one whole copy per device
+		l.IndexCheck = true
+		outs = append(outs, n)
+		specs = append(specs, spec(make(Plan, n.Rank())))
 	}
 	if l.Mesh == nil {
 		specs = nil

@@ -82,7 +82,11 @@ func TestTrainCLIMatchesPyTorch(t *testing.T) {
 		if l.Step != i+1 || l.Loss == nil || l.StepMS == nil {
 			t.Fatalf("line %d: %+v, want step %d with loss and step_ms", i, l, i+1)
 		}
-		if rel := math.Abs(*l.Loss-ref.Losses[i]) / ref.Losses[i]; rel > 1e-3 {
+		// Measured up to 1.8e-7 (2026-11-26); the bound is 8.4 times that
+		// (was 1e-3). Fault injected once: --eps 1e-7 for PyTorch's 1e-8
+		// (losses off by about 9e-6 relative) failed it at steps 2-4; the
+		// old bound passed it.
+		if rel := math.Abs(*l.Loss-ref.Losses[i]) / ref.Losses[i]; rel > 1.5e-6 {
 			t.Errorf("step %d: loss %.7g, PyTorch %.7g", i+1, *l.Loss, ref.Losses[i])
 		}
 	}
@@ -161,7 +165,9 @@ func TestTrainCLIGradAccum(t *testing.T) {
 	a, b := readLog(t, one), readLog(t, two)
 	for i := range a {
 		// Measured: agreement to ~1e-7 relative; 1e-5 leaves room.
-		if rel := math.Abs(*a[i].Loss-*b[i].Loss) / *a[i].Loss; rel > 1e-5 {
+		// Measured up to 8.9e-8 (2026-11-26); the bound is 9 times that
+		// (was 1e-5).
+		if rel := math.Abs(*a[i].Loss-*b[i].Loss) / *a[i].Loss; rel > 8e-7 {
 			t.Errorf("step %d: batch 8 loss %.8g, 2 x 4 accumulated %.8g", i+1, *a[i].Loss, *b[i].Loss)
 		}
 	}
@@ -349,7 +355,9 @@ func TestTrainCLIEvalAndKeep(t *testing.T) {
 	if len(evals) != 2 || evals[0].Step != 5 || evals[1].Step != 8 {
 		t.Fatalf("eval lines %+v: want steps 5 and 8 (every 5, and at the end)", evals)
 	}
-	if rel := math.Abs(*evals[0].EvalLoss-ref.Losses[5]) / ref.Losses[5]; rel > 1e-3 {
+	// Measured 0 (2026-11-26); held to the per-step loss bound of
+	// TestTrainCLIMatchesPyTorch (was 1e-3).
+	if rel := math.Abs(*evals[0].EvalLoss-ref.Losses[5]) / ref.Losses[5]; rel > 1.5e-6 {
 		t.Errorf("eval loss after step 5: %.7g, PyTorch's step-6 loss on the same samples %.7g", *evals[0].EvalLoss, ref.Losses[5])
 	}
 	files, err := filepath.Glob(filepath.Join(ck, "*"))

@@ -3,6 +3,7 @@ package onnxpb
 import (
 	"errors"
 	"fmt"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"math"
 	"os"
 	"path/filepath"
@@ -125,7 +126,7 @@ func testdataRoot(t testing.TB) string {
 	t.Helper()
 	root, err := testdataDir()
 	if err != nil {
-		t.Skip(err)
+		testreq.Skipf(t, "%v", err)
 	}
 	return root
 }
