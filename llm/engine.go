@@ -588,7 +588,11 @@ func (e *Engine) decodeBucket(n int) int {
 
 // contextBucket is the smallest context bucket above position pos (the
 // last when none is: emit ends a sequence before its position reaches the
-// context length).
+// context length). Strictly above: on XLA a row writes its key at pos and
+// then reads positions [0, bucket). Injected fault: `c >= pos` makes the
+// rows at a bucket's edge miss their own key, and TestAgainstTransformers
+// and TestContinuousBatching fail on xla-cpu (the cpu path concatenates
+// the new key and passes either way).
 func (e *Engine) contextBucket(pos int) int {
 	for _, c := range e.cBuckets {
 		if c > pos {
