@@ -25,7 +25,7 @@ func TestContinuousBatching(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	e, err := NewEngine(ctx, m, EngineOptions{MaxSequences: 8, MinPrefill: 32, MaxQueue: 64})
+	e, err := NewEngine(ctx, m, EngineOptions{MaxSequences: 8, MinPrefill: 32, MaxQueue: 64, MinDecodeContext: 16}) // context buckets 16, 32, 64
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,6 +81,13 @@ type EngineOptions struct {
 	// PrefillBuckets, when set, are the prompt buckets instead (each at
 	// most the context length; a longer prompt is refused).
 	PrefillBuckets []int
+	// MinDecodeContext is the smallest context bucket of the decode
+	// programs; 0: 128. A decode step attends to cache positions [0, C),
+	// C the smallest bucket above every row's position; buckets are
+	// powers of two from it up to the context length, one program per
+	// (batch bucket, context bucket), all compiled before NewEngine
+	// returns.
+	MinDecodeContext int
 	// NewDetokenizer makes a detokenizer per request (for Token.Text and
 	// stop strings); nil: no text.
 	NewDetokenizer func() Detokenizer
@@ -97,8 +104,9 @@ type Engine struct {
 	kc, vc     *ir.Tensor
 	prefill    map[int]*tensorbridge.Executable
 	pBuckets   []int
-	decode     map[int]*tensorbridge.Executable
-	dBuckets   []int
+	decode     map[decodeKey]*tensorbridge.Executable
+	dBuckets   []int // batch buckets
+	cBuckets   []int // context buckets
 	compiles   atomic.Int64
 	stats      stepStats
 	scatter    bool      // cache writes by ScatterUpdate (cpu backend)
@@ -162,7 +170,10 @@ func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err e
 	if o.MinPrefill <= 0 {
 		o.MinPrefill = 16
 	}
-	en := &Engine{m: m, opts: o, slots: slots, prefill: map[int]*tensorbridge.Executable{}, decode: map[int]*tensorbridge.Executable{},
+	if o.MinDecodeContext <= 0 {
+		o.MinDecodeContext = 128
+	}
+	en := &Engine{m: m, opts: o, slots: slots, prefill: map[int]*tensorbridge.Executable{}, decode: map[decodeKey]*tensorbridge.Executable{},
 		queue: make(chan *seq, o.MaxQueue), closing: make(chan struct{}), done: make(chan struct{})}
 	en.cacheShape = ir.MakeShape(m.dtype, slots+1, m.maxContext, c.Layers, c.KVHeads, c.HeadDim)
 	en.scatter = m.b.Name() == "cpu"
@@ -199,6 +210,7 @@ func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err e
 			break
 		}
 	}
+	en.cBuckets = pow2Buckets(o.MinDecodeContext, m.maxContext)
 	if err := en.warmUp(ctx); err != nil {
 		return nil, err
 	}
@@ -245,16 +257,31 @@ func (e *Engine) warmUp(ctx context.Context) error {
 		}
 	}
 	for _, b := range e.dBuckets {
-		exe, err := e.compileDecode(ctx, b)
-		if err != nil {
-			return err
-		}
-		e.decode[b] = exe
-		if _, _, err := e.runDecode(ctx, exe, b, nil); err != nil {
-			return fmt.Errorf("llm: warming decode %d: %w", b, err)
+		for _, cb := range e.cBuckets {
+			exe, err := e.compileDecode(ctx, b, cb)
+			if err != nil {
+				return err
+			}
+			e.decode[decodeKey{b, cb}] = exe
+			if _, _, err := e.runDecode(ctx, exe, b, cb, nil); err != nil {
+				return fmt.Errorf("llm: warming decode %d (context %d): %w", b, cb, err)
+			}
 		}
 	}
 	return nil
+}
+
+// decodeKey names a decode program: its batch and context buckets.
+type decodeKey struct{ batch, context int }
+
+// pow2Buckets is lo, 2lo, 4lo, ... up to max, ending with max itself
+// (just max when lo >= max).
+func pow2Buckets(lo, max int) []int {
+	var out []int
+	for c := lo; c < max; c *= 2 {
+		out = append(out, c)
+	}
+	return append(out, max)
 }
 
 // Capacity reports the KV cache's size: concurrent sequences and tokens
@@ -438,10 +465,13 @@ func (e *Engine) loop() {
 		}
 		b := e.decodeBucket(len(active))
 		rows := make([]row, len(active))
+		top := 0
 		for i, s := range active {
 			rows[i] = row{token: s.last, pos: s.pos, slot: s.slot, s: s.req.Sampling, index: s.n}
+			top = max(top, s.pos)
 		}
-		toks, lps, err := e.runDecode(ctx, e.decode[b], b, rows)
+		cb := e.contextBucket(top)
+		toks, lps, err := e.runDecode(ctx, e.decode[decodeKey{b, cb}], b, cb, rows)
 		e.cacheLost = false // every active sequence ends on err
 		kept = active[:0]
 		for i, s := range active {
@@ -556,6 +586,22 @@ func (e *Engine) decodeBucket(n int) int {
 	return e.dBuckets[len(e.dBuckets)-1]
 }
 
+// contextBucket is the smallest context bucket above position pos (the
+// last when none is: emit ends a sequence before its position reaches the
+// context length). Strictly above: on XLA a row writes its key at pos and
+// then reads positions [0, bucket). Injected fault: `c >= pos` makes the
+// rows at a bucket's edge miss their own key, and TestAgainstTransformers
+// and TestContinuousBatching fail on xla-cpu (the cpu path concatenates
+// the new key and passes either way).
+func (e *Engine) contextBucket(pos int) int {
+	for _, c := range e.cBuckets {
+		if c > pos {
+			return c
+		}
+	}
+	return e.cBuckets[len(e.cBuckets)-1]
+}
+
 // runPrefill runs prompt (padded to p) into slot and samples its first token.
 func (e *Engine) runPrefill(ctx context.Context, exe *tensorbridge.Executable, p int, prompt []int, slot int, r row) (int, float32, error) {
 	ids := make([]int, p)
@@ -581,11 +627,12 @@ func (e *Engine) runPrefill(ctx context.Context, exe *tensorbridge.Executable, p
 }
 
 // runDecode runs one decode step of rows padded to b (padding rows write
-// to the scratch slot).
-func (e *Engine) runDecode(ctx context.Context, exe *tensorbridge.Executable, b int, rows []row) ([]int, []float32, error) {
+// to the scratch slot) with the program of context bucket cb, which every
+// row's position is below.
+func (e *Engine) runDecode(ctx context.Context, exe *tensorbridge.Executable, b, cb int, rows []row) ([]int, []float32, error) {
 	tok, pos, slot := make([]int, b), make([]int, b), make([]int, b)
 	for i := range b {
-		slot[i], pos[i] = e.slots, i // padding rows: distinct scratch positions
+		slot[i], pos[i] = e.slots, i%cb // padding rows: scratch positions inside the bucket
 		if i < len(rows) {
 			tok[i], pos[i], slot[i] = rows[i].token, rows[i].pos, rows[i].slot
 		}

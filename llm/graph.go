@@ -150,6 +150,12 @@ type cacheIO struct {
 	// own keys; decode (T = 1): each row attends to its slot's cached
 	// positions below its own, and to its new key.
 	prefill bool
+	// ctx (decode): the context bucket, the cache positions [0, ctx) a
+	// decode step reads; every row's position is below it. Reading only
+	// the live prefix (rounded up to a bucket) instead of the whole
+	// context is what keeps a decode step's attention proportional to the
+	// sequences' length (BENCHMARKS.md, "LLM generation").
+	ctx int
 	// scatter writes the cache with ScatterUpdate (the pure-Go cpu
 	// backend, which lacks DynamicUpdateSlice); otherwise one
 	// DynamicUpdateSlice per row, which XLA does in place.
@@ -170,11 +176,12 @@ func step(c *Config, w netWeights, tokens, positions *Node, cache *cacheIO) (hid
 	kc, vc := (*Node)(nil), (*Node)(nil)
 	if inPlace {
 		kc, vc = cache.k, cache.v
-		cachedPos = livePositions(positions, kc.Shape().Dimensions[1])
+		cachedPos = livePositions(positions, cache.ctx)
 	} else if cache != nil && !cache.prefill {
 		idx := Reshape(cache.slots, b, 1)
-		cachedK = Gather(cache.k, idx) // [B, maxContext, L, Hkv, D]
-		cachedV = Gather(cache.v, idx)
+		live := func(x *Node) *Node { return Slice(x, AxisRange(), AxisRange(0, cache.ctx)) }
+		cachedK = Gather(live(cache.k), idx) // [B, ctx, L, Hkv, D]
+		cachedV = Gather(live(cache.v), idx)
 		mc := cachedK.Shape().Dimensions[1]
 		iota := Iota(g, ir.MakeShape(ir.Int32, b, mc), 1)
 		cachedPos = Where(LessThan(iota, BroadcastToDims(positions, b, mc)), iota, BroadcastToDims(ConstAsDType(g, ir.Int32, noKey), b, mc))
@@ -201,7 +208,7 @@ func step(c *Config, w netWeights, tokens, positions *Node, cache *cacheIO) (hid
 		var att *Node
 		if inPlace {
 			kc, vc = writeLayer(cache, kc, k, l, positions), writeLayer(cache, vc, v, l, positions)
-			att = attention(c, q5, readLayer(kc, cache.slots, l), readLayer(vc, cache.slots, l), positions, cachedPos)
+			att = attention(c, q5, readLayer(kc, cache.slots, l, cache.ctx), readLayer(vc, cache.slots, l, cache.ctx), positions, cachedPos)
 		} else if cachedK == nil {
 			att = attention(c, q5, k, v, positions, Iota(g, ir.MakeShape(ir.Int32, b, t), 1))
 		} else {
@@ -286,12 +293,13 @@ func writeLayer(io *cacheIO, cache, block *Node, l int, positions *Node) *Node {
 	return cache
 }
 
-// readLayer gathers layer l of each row's slot: [B, maxContext, Hkv, D].
-func readLayer(cache, slots *Node, l int) *Node {
+// readLayer gathers layer l of each row's slot, positions [0, ctx):
+// [B, ctx, Hkv, D].
+func readLayer(cache, slots *Node, l, ctx int) *Node {
 	dims := cache.Shape().Dimensions
 	b := slots.Shape().Dimensions[0]
-	layer := Slice(cache, AxisRange(), AxisRange(), AxisRange(l, l+1))
-	return Reshape(Gather(layer, Reshape(slots, b, 1)), b, dims[1], dims[3], dims[4])
+	layer := Slice(cache, AxisRange(), AxisRange(0, ctx), AxisRange(l, l+1))
+	return Reshape(Gather(layer, Reshape(slots, b, 1)), b, ctx, dims[3], dims[4])
 }
 
 // logits is the LM head on hidden [N, H], in float32.

@@ -20,8 +20,8 @@ import (
 // instead of copying the whole cache into a new buffer.
 //
 // prefill(P): tokens [1, P] (padded), length [1], slot [1], sampling [1]
-// each. decode(B): tokens [B, 1], positions [B, 1], slots [B], sampling
-// [B] each.
+// each. decode(B, C): tokens [B, 1], positions [B, 1] (each below C),
+// slots [B], sampling [B] each; it attends to cache positions [0, C).
 
 // numSampleInputs is temperature, top-k, top-p, min-p, seed, index.
 const numSampleInputs = 6
@@ -55,18 +55,19 @@ func (e *Engine) compilePrefill(ctx context.Context, p int) (*tensorbridge.Execu
 	}, shapes...)
 }
 
-// compileDecode compiles the decode program for b sequences.
-func (e *Engine) compileDecode(ctx context.Context, b int) (*tensorbridge.Executable, error) {
+// compileDecode compiles the decode program for b sequences whose
+// positions are all below the context bucket cb.
+func (e *Engine) compileDecode(ctx context.Context, b, cb int) (*tensorbridge.Executable, error) {
 	c := e.m.Config
 	nw := numWeightParams(c)
 	shapes := append(e.m.weightShapes(), e.cacheShape, e.cacheShape,
 		ir.MakeShape(ir.Int32, b, 1), ir.MakeShape(ir.Int32, b, 1), ir.MakeShape(ir.Int32, b))
 	shapes = append(shapes, sampleShapes(b)...)
-	return e.compile(ctx, fmt.Sprintf("llm-decode-%d", b), cacheDonation(nw), func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+	return e.compile(ctx, fmt.Sprintf("llm-decode-%d-ctx%d", b, cb), cacheDonation(nw), func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
 		w := newNetWeights(c, in)
 		kc, vc := in[nw], in[nw+1]
 		tokens, pos, slots := in[nw+2], in[nw+3], in[nw+4]
-		h, nk, nv := step(c, w, tokens, pos, &cacheIO{k: kc, v: vc, slots: slots, scatter: e.scatter})
+		h, nk, nv := step(c, w, tokens, pos, &cacheIO{k: kc, v: vc, slots: slots, ctx: cb, scatter: e.scatter})
 		tok, lp := sample(logits(w, h), sampleNodes(in[nw+5:]))
 		return []*ir.Node{tok, lp, nk, nv}, nil
 	}, shapes...)

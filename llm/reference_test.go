@@ -115,7 +115,7 @@ func TestAgainstTransformers(t *testing.T) {
 					t.Errorf("prompt %d: logits differ by %g (relative %g > %g)", i, worst, worst/scale, logitsTolerance)
 				}
 			}
-			e, err := NewEngine(ctx, m, EngineOptions{MaxSequences: 4, MinPrefill: 16})
+			e, err := NewEngine(ctx, m, EngineOptions{MaxSequences: 4, MinPrefill: 16, MinDecodeContext: 16}) // context buckets 16-128: sequences cross three
 			if err != nil {
 				t.Fatal(err)
 			}
