@@ -327,25 +327,11 @@ func (e *Executable) Run(ctx context.Context, inputs ...*ir.Tensor) ([]*ir.Tenso
 
 // RunOn is Run on device dev, an index into Backend.Devices.
 func (e *Executable) RunOn(ctx context.Context, dev int, inputs ...*ir.Tensor) (outs []*ir.Tensor, err error) {
-	if err := ctx.Err(); err != nil {
+	finish, err := e.startRun(ctx, dev, inputs)
+	if err != nil {
 		return nil, err
 	}
-	if len(inputs) != len(e.inputs) {
-		return nil, &errs.InputError{Name: e.name, Problem: "count",
-			Expected: fmt.Sprintf("%d inputs", len(e.inputs)), Got: fmt.Sprint(len(inputs))}
-	}
-	if err := e.checkRunInputs(dev, inputs); err != nil {
-		return nil, err
-	}
-	if err := e.b.begin("run"); err != nil {
-		return nil, err
-	}
-	defer e.b.end()
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.g == nil {
-		return nil, &errs.Error{Kind: errs.FailedPrecondition, Backend: e.b.Name(), Op: "run", Err: ErrClosed}
-	}
+	defer finish()
 	defer recoverRunning(&err, e.b.Name(), e.name)
 	if e.direct != nil {
 		return e.runDirect(ctx, dev, inputs)
@@ -505,6 +491,33 @@ func firstFrames(stack []byte, n int) string {
 		lines = lines[:n]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// startRun does what every run does before it touches the device: the
+// context, the inputs' count and shapes (checkRunInputs), the backend's
+// in-flight count and the executable's read lock, refusing a closed
+// executable. finish releases the last two; it is nil when err is not.
+func (e *Executable) startRun(ctx context.Context, dev int, inputs []*ir.Tensor) (finish func(), err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(inputs) != len(e.inputs) {
+		return nil, &errs.InputError{Name: e.name, Problem: "count",
+			Expected: fmt.Sprintf("%d inputs", len(e.inputs)), Got: fmt.Sprint(len(inputs))}
+	}
+	if err := e.checkRunInputs(dev, inputs); err != nil {
+		return nil, err
+	}
+	if err := e.b.begin("run"); err != nil {
+		return nil, err
+	}
+	e.mu.RLock()
+	if e.g == nil {
+		e.mu.RUnlock()
+		e.b.end()
+		return nil, &errs.Error{Kind: errs.FailedPrecondition, Backend: e.b.Name(), Op: "run", Err: ErrClosed}
+	}
+	return func() { e.mu.RUnlock(); e.b.end() }, nil
 }
 
 // checkRunInputs checks a run's inputs (none nil, each of its parameter's

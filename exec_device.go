@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/ir"
 )
 
@@ -17,25 +16,11 @@ import (
 // memory reused for the outputs that replace them. Inputs are checked as in
 // RunOn.
 func (e *Executable) RunOnDevice(ctx context.Context, dev int, inputs ...*ir.Tensor) (outs []*ir.Tensor, err error) {
-	if err := ctx.Err(); err != nil {
+	finish, err := e.startRun(ctx, dev, inputs)
+	if err != nil {
 		return nil, err
 	}
-	if len(inputs) != len(e.inputs) {
-		return nil, &errs.InputError{Name: e.name, Problem: "count",
-			Expected: fmt.Sprintf("%d inputs", len(e.inputs)), Got: fmt.Sprint(len(inputs))}
-	}
-	if err := e.checkRunInputs(dev, inputs); err != nil {
-		return nil, err
-	}
-	if err := e.b.begin("run"); err != nil {
-		return nil, err
-	}
-	defer e.b.end()
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.g == nil {
-		return nil, &errs.Error{Kind: errs.FailedPrecondition, Backend: e.b.Name(), Op: "run", Err: ErrClosed}
-	}
+	defer finish()
 	defer recoverRunning(&err, e.b.Name(), e.name)
 	bufs, release, err := e.placeInputs(dev, inputs)
 	defer release()
