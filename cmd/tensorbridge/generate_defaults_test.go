@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/tensorbridge/tensorbridge/internal/testreq"
 )
 
 // TestGenerateDefaults: flags left unset take generation_config.json's
@@ -21,27 +19,8 @@ import (
 // Injected fault: GenerationConfig.Sampling dropping the file's top_k
 // (TopK: 0) made "do_sample, top_k 1" sample other tokens and fail.
 func TestGenerateDefaults(t *testing.T) {
-	root := os.Getenv("TENSORBRIDGE_LLM_FIXTURES")
-	if root == "" {
-		home, _ := os.UserHomeDir()
-		root = filepath.Join(home, ".cache", "tensorbridge", "llm-fixtures")
-	}
-	src := filepath.Join(root, "llama")
-	raw, err := os.ReadFile(filepath.Join(src, "reference.json"))
-	if err != nil {
-		testreq.Skipf(t, "LLM fixtures not installed (scripts/setup-llm-fixtures.sh): %v", err)
-	}
-	var ref struct {
-		References []struct {
-			Text     string `json:"text"`
-			Chat     bool   `json:"chat"`
-			TokenIDs []int  `json:"token_ids"`
-		} `json:"references"`
-	}
-	if err := json.Unmarshal(raw, &ref); err != nil {
-		t.Fatal(err)
-	}
-	r := ref.References[0]
+	src, refs := llmFixture(t, "llama")
+	r := refs[0]
 	if r.Chat || len(r.TokenIDs) < 8 {
 		t.Fatalf("reference 0: want a plain prompt with 8 or more tokens")
 	}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,28 +14,8 @@ import (
 // transformers' for the llama fixture's prompts; --mesh model=4 (the
 // fixture has 2 KV heads) and a --strategy other than tp are refused.
 func TestGenerateMesh(t *testing.T) {
-	root := os.Getenv("TENSORBRIDGE_LLM_FIXTURES")
-	if root == "" {
-		home, _ := os.UserHomeDir()
-		root = filepath.Join(home, ".cache", "tensorbridge", "llm-fixtures")
-	}
-	dir := filepath.Join(root, "llama")
-	raw, err := os.ReadFile(filepath.Join(dir, "reference.json"))
-	if err != nil {
-		testreq.Skipf(t, "LLM fixtures not installed (scripts/setup-llm-fixtures.sh): %v", err)
-	}
-	var ref struct {
-		References []struct {
-			Text     string `json:"text"`
-			Chat     bool   `json:"chat"`
-			TokenIDs []int  `json:"token_ids"`
-			Decoded  string `json:"decoded"`
-		} `json:"references"`
-	}
-	if err := json.Unmarshal(raw, &ref); err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range ref.References[:2] {
+	dir, refs := llmFixture(t, "llama")
+	for i, r := range refs[:2] {
 		args := []string{"generate", dir, "--prompt", r.Text, "--temperature", "0", "--max-tokens", "48", "--json",
 			"--backend", "xla-cpu:devices=2", "--mesh", "model=2"}
 		if r.Chat {

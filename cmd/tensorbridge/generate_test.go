@@ -2,13 +2,9 @@ package main
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/tensorbridge/tensorbridge/internal/testreq"
 )
 
 // TestGenerateJSON drives `tensorbridge generate --json` greedily on every
@@ -16,34 +12,10 @@ import (
 // transformers' tokenizer's, token_ids are transformers' generate's, and
 // text is its tokenizer.decode(token_ids, skip_special_tokens=True).
 func TestGenerateJSON(t *testing.T) {
-	root := os.Getenv("TENSORBRIDGE_LLM_FIXTURES")
-	if root == "" {
-		home, _ := os.UserHomeDir()
-		root = filepath.Join(home, ".cache", "tensorbridge", "llm-fixtures")
-	}
-	backend := os.Getenv("TENSORBRIDGE_TEST_BACKEND")
-	if backend == "" {
-		backend = "cpu"
-	}
+	backend := testBackend()
 	for _, name := range []string{"llama", "mistral", "qwen2", "qwen3"} {
-		dir := filepath.Join(root, name)
-		raw, err := os.ReadFile(filepath.Join(dir, "reference.json"))
-		if err != nil {
-			testreq.Skipf(t, "LLM fixtures not installed (scripts/setup-llm-fixtures.sh): %v", err)
-		}
-		var ref struct {
-			References []struct {
-				Text      string `json:"text"`
-				Chat      bool   `json:"chat"`
-				PromptIDs []int  `json:"prompt_ids"`
-				TokenIDs  []int  `json:"token_ids"`
-				Decoded   string `json:"decoded"`
-			} `json:"references"`
-		}
-		if err := json.Unmarshal(raw, &ref); err != nil {
-			t.Fatal(err)
-		}
-		for i, r := range ref.References {
+		dir, refs := llmFixture(t, name)
+		for i, r := range refs {
 			args := []string{"generate", dir, "--prompt", r.Text, "--temperature", "0", "--max-tokens", "48", "--json", "--backend", backend}
 			if r.Chat {
 				args = append(args, "--chat")

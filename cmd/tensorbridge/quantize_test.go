@@ -2,13 +2,9 @@ package main
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/tensorbridge/tensorbridge/internal/testreq"
 )
 
 // TestGenerateQuantize: `generate --quantize int8` loads the projections
@@ -21,36 +17,14 @@ import (
 // Injected fault: generate not passing the option to llm.Load fails the
 // qwen2 case (all 48 ids then match).
 func TestGenerateQuantize(t *testing.T) {
-	root := os.Getenv("TENSORBRIDGE_LLM_FIXTURES")
-	if root == "" {
-		home, _ := os.UserHomeDir()
-		root = filepath.Join(home, ".cache", "tensorbridge", "llm-fixtures")
-	}
-	backend := os.Getenv("TENSORBRIDGE_TEST_BACKEND")
-	if backend == "" {
-		backend = "cpu"
-	}
+	backend := testBackend()
 	for _, tc := range []struct {
 		model  string
 		prompt int
 		same   int // leading ids equal to transformers'; -1: all
 	}{{"qwen2", 0, 4}, {"mistral", 4, -1}} {
-		dir := filepath.Join(root, tc.model)
-		raw, err := os.ReadFile(filepath.Join(dir, "reference.json"))
-		if err != nil {
-			testreq.Skipf(t, "LLM fixtures not installed (scripts/setup-llm-fixtures.sh): %v", err)
-		}
-		var ref struct {
-			References []struct {
-				Text     string `json:"text"`
-				Chat     bool   `json:"chat"`
-				TokenIDs []int  `json:"token_ids"`
-			} `json:"references"`
-		}
-		if err := json.Unmarshal(raw, &ref); err != nil {
-			t.Fatal(err)
-		}
-		r := ref.References[tc.prompt]
+		dir, refs := llmFixture(t, tc.model)
+		r := refs[tc.prompt]
 		args := []string{"generate", dir, "--prompt", r.Text, "--temperature", "0", "--max-tokens", "48", "--json", "--backend", backend, "--quantize", "int8"}
 		if r.Chat {
 			args = append(args, "--chat")
@@ -70,9 +44,10 @@ func TestGenerateQuantize(t *testing.T) {
 			t.Errorf("%s: int8 ids %v, want transformers' %v for exactly the first %d", tc.model, got.TokenIDs, r.TokenIDs, tc.same)
 		}
 	}
+	llama, _ := llmFixture(t, "llama")
 	for _, args := range [][]string{
-		{"generate", filepath.Join(root, "llama"), "--prompt", "x", "--quantize", "int4"},
-		{"serve", filepath.Join(root, "llama"), "--http", "127.0.0.1:0", "--quantize", "int4"},
+		{"generate", llama, "--prompt", "x", "--quantize", "int4"},
+		{"serve", llama, "--http", "127.0.0.1:0", "--quantize", "int4"},
 	} {
 		code, _, errOut := run(t, args...)
 		if code != 2 || !strings.Contains(errOut, "int4") {

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,27 +17,7 @@ import (
 // devices answers a greedy /v1/completions with transformers' text for
 // the llama fixture, and exits 0 when stopped.
 func TestServeMesh(t *testing.T) {
-	root := os.Getenv("TENSORBRIDGE_LLM_FIXTURES")
-	if root == "" {
-		home, _ := os.UserHomeDir()
-		root = filepath.Join(home, ".cache", "tensorbridge", "llm-fixtures")
-	}
-	dir := filepath.Join(root, "llama")
-	raw, err := os.ReadFile(filepath.Join(dir, "reference.json"))
-	if err != nil {
-		testreq.Skipf(t, "LLM fixtures not installed (scripts/setup-llm-fixtures.sh): %v", err)
-	}
-	var ref struct {
-		References []struct {
-			Text     string `json:"text"`
-			Chat     bool   `json:"chat"`
-			TokenIDs []int  `json:"token_ids"`
-			Decoded  string `json:"decoded"`
-		} `json:"references"`
-	}
-	if err := json.Unmarshal(raw, &ref); err != nil {
-		t.Fatal(err)
-	}
+	dir, refs := llmFixture(t, "llama")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +56,7 @@ func TestServeMesh(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	checked := 0
-	for _, r := range ref.References {
+	for _, r := range refs {
 		if r.Chat {
 			continue
 		}
