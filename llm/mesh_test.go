@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -68,24 +67,7 @@ func TestMeshAgainstTransformers(t *testing.T) {
 			for _, n := range m.MeshNotes() {
 				t.Log(n)
 			}
-			for i, r := range ref.References {
-				lg, err := m.PromptLogits(ctx, r.PromptIDs)
-				if err != nil {
-					t.Fatal(err)
-				}
-				worst, scale := 0.0, 0.0
-				v := m.Config.Vocab
-				for p, row := range r.Logits {
-					for j, want := range row {
-						worst = math.Max(worst, math.Abs(float64(lg[p*v+j])-want))
-						scale = math.Max(scale, math.Abs(want))
-					}
-				}
-				t.Logf("prompt %d: logits max |diff| %.3g, relative %.3g", i, worst, worst/scale)
-				if worst > logitsTolerance*scale {
-					t.Errorf("prompt %d: logits differ by %g (relative %g > %g)", i, worst, worst/scale, logitsTolerance)
-				}
-			}
+			checkPromptLogits(ctx, t, m, ref)
 			e, err := NewEngine(ctx, m, EngineOptions{MaxSequences: 4, MinPrefill: 16})
 			if err != nil {
 				t.Fatal(err)

@@ -97,24 +97,7 @@ func TestAgainstTransformers(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			for i, r := range ref.References {
-				lg, err := m.PromptLogits(ctx, r.PromptIDs)
-				if err != nil {
-					t.Fatal(err)
-				}
-				worst, scale := 0.0, 0.0
-				v := m.Config.Vocab
-				for p, row := range r.Logits {
-					for j, want := range row {
-						worst = math.Max(worst, math.Abs(float64(lg[p*v+j])-want))
-						scale = math.Max(scale, math.Abs(want))
-					}
-				}
-				t.Logf("prompt %d: logits max |diff| %.3g, relative %.3g", i, worst, worst/scale)
-				if worst > logitsTolerance*scale {
-					t.Errorf("prompt %d: logits differ by %g (relative %g > %g)", i, worst, worst/scale, logitsTolerance)
-				}
-			}
+			checkPromptLogits(ctx, t, m, ref)
 			e, err := NewEngine(ctx, m, EngineOptions{MaxSequences: 4, MinPrefill: 16, MinDecodeContext: 16}) // context buckets 16-128: sequences cross three
 			if err != nil {
 				t.Fatal(err)
@@ -153,4 +136,29 @@ func collect(ch <-chan Token) (ids []int, finish string, err error) {
 		return ids, "", fmt.Errorf("stream closed without a finish event")
 	}
 	return ids, finish, err
+}
+
+// checkPromptLogits compares m's logits for every reference prompt with
+// transformers' recorded ones: the largest difference must be within
+// logitsTolerance of the largest |logit| of that prompt.
+func checkPromptLogits(ctx context.Context, t *testing.T, m *Model, ref *reference) {
+	t.Helper()
+	v := m.Config.Vocab
+	for i, r := range ref.References {
+		lg, err := m.PromptLogits(ctx, r.PromptIDs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		worst, scale := 0.0, 0.0
+		for p, row := range r.Logits {
+			for j, want := range row {
+				worst = math.Max(worst, math.Abs(float64(lg[p*v+j])-want))
+				scale = math.Max(scale, math.Abs(want))
+			}
+		}
+		t.Logf("prompt %d: logits max |diff| %.3g, relative %.3g", i, worst, worst/scale)
+		if worst > logitsTolerance*scale {
+			t.Errorf("prompt %d: logits differ by %g (relative %g > %g)", i, worst, worst/scale, logitsTolerance)
+		}
+	}
 }
