@@ -24,49 +24,16 @@ if [ ! -f "$checkpoint/reference.json" ]; then
 	echo "openai e2e: no test checkpoint at $checkpoint: run scripts/setup-llm-fixtures.sh" >&2
 	exit 1
 fi
+label="openai e2e"
+. scripts/e2e-lib.sh
 venv="$cache/venv-openai-${OPENAI_VERSION}"
-if ! "$venv/bin/python" -c 'import openai' 2>/dev/null; then
-	echo "== openai e2e: installing openai==${OPENAI_VERSION} into $venv"
-	rm -rf "$venv"
-	python3 -m venv "$venv"
-	timeout 600 "$venv/bin/pip" install --quiet --disable-pip-version-check "openai==${OPENAI_VERSION}"
-fi
-
-work="$(mktemp -d)"
-pid=""
-cleanup() {
-	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-		kill -KILL "$pid" 2>/dev/null || true
-	fi
-	rm -rf "$work"
-}
-trap cleanup EXIT
-
-echo "== openai e2e: building"
-CGO_ENABLED=0 go build -o "$work/tensorbridge" ./cmd/tensorbridge
+e2e_venv "$venv" 'import openai' "openai==${OPENAI_VERSION}"
 
 "$work/tensorbridge" serve --backend "$backend" --cache-dir off --http 127.0.0.1:0 --grpc off \
 	--max-sequences 4 "$checkpoint" 2>"$work/serve.log" &
 pid=$!
-
-http=""
-for _ in $(seq 1 600); do
-	http="$({ grep -o "msg=listening protocol=http addr=[0-9.:]*" "$work/serve.log" || true; } | head -1 | sed "s/.*addr=//")"
-	if [ -n "$http" ] && grep -q "msg=ready" "$work/serve.log"; then
-		break
-	fi
-	if ! kill -0 "$pid" 2>/dev/null; then
-		cat "$work/serve.log" >&2
-		echo "openai e2e: the server exited before it was ready" >&2
-		exit 1
-	fi
-	sleep 0.2
-done
-if ! grep -q "msg=ready" "$work/serve.log"; then
-	cat "$work/serve.log" >&2
-	echo "openai e2e: not ready within 120 s" >&2
-	exit 1
-fi
+e2e_wait_ready http
+http="$(e2e_addr http)"
 echo "== openai e2e: serving $checkpoint on http $http ($backend)"
 
 # The Python test sends SIGTERM itself, mid-stream, as its last step.
@@ -74,14 +41,5 @@ if ! timeout 300 "$venv/bin/python" scripts/openai_e2e.py --http "$http" --check
 	cat "$work/serve.log" >&2
 	exit 1
 fi
-status=0
-timeout 15 tail --pid="$pid" -f /dev/null || { echo "openai e2e: no exit within 15 s of SIGTERM" >&2; exit 1; }
-wait "$pid" || status=$?
-pid=""
-if [ "$status" -ne 0 ]; then
-	cat "$work/serve.log" >&2
-	echo "openai e2e: exit status $status after SIGTERM, want 0" >&2
-	exit 1
-fi
-grep -q "msg=drained" "$work/serve.log"
+e2e_wait_exit 15
 echo "== openai e2e: SIGTERM drained the running stream and exited 0"
