@@ -40,6 +40,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/backends/simplego"
 
+	tbengine "github.com/tensorbridge/tensorbridge/cpu/engine"
 	"github.com/tensorbridge/tensorbridge/device"
 	"github.com/tensorbridge/tensorbridge/driver"
 	"github.com/tensorbridge/tensorbridge/errs"
@@ -66,8 +67,22 @@ func (Driver) Open(ctx context.Context, opts *driver.Options) (driver.Backend, e
 		return nil, err
 	}
 	config := "ops_sequential"
+	useSimplego := false
 	if opts != nil && opts.Config != "" {
+		var rest []string
 		for _, part := range strings.Split(opts.Config, ",") {
+			switch part {
+			case "engine=simplego":
+				useSimplego = true
+				continue
+			case "engine=tensorbridge", "engine=" + tbengine.Name:
+				continue
+			}
+			if strings.HasPrefix(part, "engine=") {
+				return nil, &errs.Error{Kind: errs.InvalidArgument, Backend: Name, Op: "open",
+					Err: fmt.Errorf("option %q: unknown engine (want engine=tensorbridge, the default, or engine=simplego)", part)}
+			}
+			rest = append(rest, part)
 			if strings.HasPrefix(part, "parallelism") {
 				// simplego prints this option to stdout; refuse rather than
 				// corrupt a machine-readable output stream.
@@ -84,13 +99,16 @@ func (Driver) Open(ctx context.Context, opts *driver.Options) (driver.Backend, e
 					Err: fmt.Errorf("option %q is refused: GoMLX v0.26.0's parallel op executor has a data race that can corrupt results; the cpu backend runs ops sequentially", part)}
 			}
 		}
-		config = strings.Trim(config+","+opts.Config, ",")
+		config = strings.Trim(config+","+strings.Join(rest, ","), ",")
 	}
 	eng, err := simplego.New(config)
 	if err != nil {
 		return nil, &errs.Error{Kind: errs.InvalidArgument, Backend: Name, Op: "open", Err: err}
 	}
-	return &Backend{eng: wrapEngine(eng)}, nil
+	if useSimplego {
+		return &Backend{eng: wrapEngine(eng)}, nil
+	}
+	return &Backend{eng: tbengine.New(wrapEngine(eng))}, nil
 }
 
 // Backend is an open cpu backend.

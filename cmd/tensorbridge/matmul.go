@@ -12,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 
 	"github.com/tensorbridge/tensorbridge"
+	tbengine "github.com/tensorbridge/tensorbridge/cpu/engine"
 	"github.com/tensorbridge/tensorbridge/ir"
 	"github.com/tensorbridge/tensorbridge/precision"
 )
@@ -33,20 +34,31 @@ type matmulResult struct {
 	TFLOPS   float64   `json:"tflops_median"`
 	PeakBF16 float64   `json:"catalog_peak_bf16_tflops,omitempty"`
 	Samples  []float64 `json:"samples_ms"`
+	Threads  string    `json:"threads,omitempty"`
+	Kernel   string    `json:"kernel,omitempty"`
 }
 
 func runMatmul(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("matmul", stderr, "[--backend B] [--n N] [--dtype bfloat16|float32] [--iters K] [--json]")
+	fs := newFlags("matmul", stderr, "[--backend B] [--n N] [--dtype bfloat16|float32] [--iters K] [--threads T] [--json]")
 	backend := fs.String("backend", "", "backend name or auto")
 	n := fs.Int("n", 4096, "matrix size: multiplies two N x N matrices")
 	dtName := fs.String("dtype", "bfloat16", "element type: bfloat16 or float32")
 	iters := fs.Int("iters", 20, "timed runs after one warm-up")
 	asJSON := fs.Bool("json", false, "print JSON")
+	threads := fs.Int("threads", 0, "confine the process to T CPUs (affinity, GOMAXPROCS and the XLA CPU plugin's PJRT_NPROC) before opening the backend; 0: all")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *n <= 0 || *iters <= 0 {
-		return usageErr("--n and --iters must be positive")
+	if *n <= 0 || *iters <= 0 || *threads < 0 {
+		return usageErr("--n and --iters must be positive, --threads at least 0")
+	}
+	threadDesc := ""
+	if *threads > 0 {
+		desc, err := limitThreads(*threads)
+		if err != nil {
+			return err
+		}
+		threadDesc = desc
 	}
 	var dt ir.DType
 	switch *dtName {
@@ -79,7 +91,11 @@ func runMatmul(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer exe.Close()
-	res := matmulResult{Backend: b.Name(), DType: *dtName, N: *n, Iters: *iters, Compile: time.Since(start).Seconds()}
+	res := matmulResult{Backend: b.Name(), DType: *dtName, N: *n, Iters: *iters, Compile: time.Since(start).Seconds(),
+		Threads: threadDesc}
+	if eng := b.Engine(); eng != nil && eng.Name() == tbengine.Name {
+		res.Kernel = eng.Description()
+	}
 	if devs := b.Devices(); len(devs) > 0 {
 		res.Device = devs[0].Kind
 	}
@@ -110,6 +126,12 @@ func runMatmul(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stdout, "backend %s, device %s: %dx%d %s matmul, compile %.2fs, median %.3f ms, best %.3f ms over %d runs: %.4g TFLOP/s (median)\n",
 		res.Backend, orDash(res.Device), *n, *n, *dtName, res.Compile, res.MedianMS, res.BestMS, *iters, res.TFLOPS)
+	if res.Threads != "" {
+		fmt.Fprintln(stdout, res.Threads)
+	}
+	if res.Kernel != "" {
+		fmt.Fprintf(stdout, "kernel: %s\n", res.Kernel)
+	}
 	return nil
 }
 

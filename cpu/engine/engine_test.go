@@ -1,0 +1,318 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/backends/simplego"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+)
+
+// newPair returns this engine (over a fresh simplego) and a separate
+// simplego engine, the oracle.
+func newPair(t testing.TB) (*Engine, backends.Backend) {
+	t.Helper()
+	inner, err := simplego.New("ops_sequential")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oracle, err := simplego.New("ops_sequential")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(inner)
+	t.Cleanup(func() { e.Finalize(); oracle.Finalize() })
+	return e, oracle
+}
+
+type graphFn func(b backends.Builder, params []backends.Op) ([]backends.Op, error)
+
+// runGraph builds fn over params of the given shapes on eng, runs it on
+// inputs and returns the outputs' values.
+func runGraph(t testing.TB, eng backends.Backend, ins []shapes.Shape, vals []any, fn graphFn) []any {
+	t.Helper()
+	res, err := tryGraph(eng, ins, vals, nil, fn)
+	if err != nil {
+		t.Fatalf("%s: %v", eng.Name(), err)
+	}
+	return res
+}
+
+func tryGraph(eng backends.Backend, ins []shapes.Shape, vals []any, donate []bool, fn graphFn) ([]any, error) {
+	b := eng.Builder("test")
+	params := make([]backends.Op, len(ins))
+	for i, s := range ins {
+		p, err := b.Parameter(fmt.Sprintf("p%d", i), s, nil)
+		if err != nil {
+			return nil, err
+		}
+		params[i] = p
+	}
+	outs, err := fn(b, params)
+	if err != nil {
+		return nil, err
+	}
+	exe, err := b.Compile(outs, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer exe.Finalize()
+	bufs := make([]backends.Buffer, len(ins))
+	for i, v := range vals {
+		if bufs[i], err = eng.BufferFromFlatData(0, v, ins[i]); err != nil {
+			return nil, err
+		}
+	}
+	res, err := exe.Execute(bufs, donate, 0)
+	if err != nil {
+		return nil, err
+	}
+	return toFlat(eng, res)
+}
+
+func toFlat(eng backends.Backend, res []backends.Buffer) ([]any, error) {
+	out := make([]any, len(res))
+	for i, r := range res {
+		s, err := eng.BufferShape(r)
+		if err != nil {
+			return nil, err
+		}
+		flat := newFlat(s)
+		if err := eng.BufferToFlatData(r, flat); err != nil {
+			return nil, err
+		}
+		_ = eng.BufferFinalize(r)
+		out[i] = flat
+	}
+	return out, nil
+}
+
+func newFlat(s shapes.Shape) any {
+	switch s.DType {
+	case dtypes.Float32:
+		return make([]float32, s.Size())
+	case dtypes.Float64:
+		return make([]float64, s.Size())
+	case dtypes.Int32:
+		return make([]int32, s.Size())
+	case dtypes.Int64:
+		return make([]int64, s.Size())
+	}
+	panic(fmt.Sprintf("newFlat: dtype %s", s.DType))
+}
+
+func randF32(rng *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64())
+	}
+	return v
+}
+
+// closeF32 compares got with want, each element within tol·(scale+|want|):
+// scale is the typical magnitude of the rounding errors of a sum (√k for
+// a k-term dot product of unit normals), 1 for element-wise results.
+func closeF32(t *testing.T, what string, got, want []float32, tol, scale float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	worst := 0.0
+	for i := range got {
+		d := math.Abs(float64(got[i]) - float64(want[i]))
+		r := d / (scale + math.Abs(float64(want[i])))
+		if r > tol || math.IsNaN(float64(got[i])) != math.IsNaN(float64(want[i])) {
+			t.Fatalf("%s: element %d = %g, want %g (relative error %.3g > %.3g)", what, i, got[i], want[i], r, tol)
+		}
+		worst = max(worst, r)
+	}
+	t.Logf("%s: worst relative error %.3g", what, worst)
+}
+
+// contracted returns the number of terms each output of c sums.
+func (c dotCase) contracted() int {
+	k := 1
+	for _, a := range c.lc {
+		k *= c.ls[a]
+	}
+	return k
+}
+
+// dotCase is one DotGeneral configuration.
+type dotCase struct {
+	name           string
+	ls, rs         []int
+	lc, lb, rc, rb []int
+}
+
+var dotCases = []dotCase{
+	{"matvec", []int{1, 784}, []int{784, 512}, []int{1}, nil, []int{0}, nil},
+	{"matmul", []int{33, 17}, []int{17, 29}, []int{1}, nil, []int{0}, nil},
+	{"lhs transposed", []int{17, 33}, []int{17, 29}, []int{0}, nil, []int{0}, nil},
+	{"rhs transposed (torch Linear)", []int{8, 64}, []int{48, 64}, []int{1}, nil, []int{1}, nil},
+	{"both transposed", []int{64, 8}, []int{48, 64}, []int{0}, nil, []int{1}, nil},
+	{"3-D x 2-D", []int{2, 128, 32}, []int{32, 96}, []int{2}, nil, []int{0}, nil},
+	{"attention scores", []int{4, 16, 8}, []int{4, 20, 8}, []int{2}, []int{0}, []int{2}, []int{0}},
+	{"attention values", []int{4, 16, 20}, []int{4, 20, 8}, []int{2}, []int{0}, []int{1}, []int{0}},
+	{"batch not leading", []int{16, 4, 8}, []int{8, 4, 20}, []int{2}, []int{1}, []int{0}, []int{1}},
+	{"two contracting axes", []int{3, 5, 7}, []int{5, 7, 4}, []int{1, 2}, nil, []int{0, 1}, nil},
+	{"contracting axes reordered", []int{3, 5, 7}, []int{7, 5, 4}, []int{2, 1}, nil, []int{0, 1}, nil},
+	{"two batch axes", []int{2, 3, 5, 7}, []int{2, 3, 7, 4}, []int{3}, []int{0, 1}, []int{2}, []int{0, 1}},
+	{"scalar output", []int{10}, []int{10}, []int{0}, nil, []int{0}, nil},
+	{"outer product", []int{5}, []int{6}, nil, nil, nil, nil},
+	{"size-1 axes", []int{1, 1, 6, 1}, []int{1, 6, 1, 3}, []int{2}, []int{0}, []int{1}, []int{0}},
+}
+
+// TestDotGeneralMatchesSimplego runs every case on both engines: the
+// native kernel must agree with GoMLX's reference engine within float32
+// rounding.
+func TestDotGeneralMatchesSimplego(t *testing.T) {
+	e, oracle := newPair(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, c := range dotCases {
+		t.Run(c.name, func(t *testing.T) {
+			ins := []shapes.Shape{shapes.Make(dtypes.Float32, c.ls...), shapes.Make(dtypes.Float32, c.rs...)}
+			vals := []any{randF32(rng, ins[0].Size()), randF32(rng, ins[1].Size())}
+			fn := func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+				o, err := b.DotGeneral(p[0], c.lc, c.lb, p[1], c.rc, c.rb)
+				return []backends.Op{o}, err
+			}
+			got := runGraph(t, e, ins, vals, fn)
+			want := runGraph(t, oracle, ins, vals, fn)
+			closeF32(t, c.name, got[0].([]float32), want[0].([]float32), dotTol, math.Sqrt(float64(c.contracted())))
+		})
+	}
+}
+
+// dotTol bounds the difference of two float32 dot products summed in
+// different orders, relative to √k+|result|.
+const dotTol = 2e-6
+
+// TestMixedPlan mixes native steps and segments: outputs that are inputs,
+// constants and repeats; a donated input; an unused parameter; and runs
+// the executable twice to check nothing of the first run leaks into the
+// second.
+func TestMixedPlan(t *testing.T) {
+	e, oracle := newPair(t)
+	rng := rand.New(rand.NewPCG(3, 4))
+	ins := []shapes.Shape{shapes.Make(dtypes.Float32, 4, 8), shapes.Make(dtypes.Float32, 8, 5), shapes.Make(dtypes.Float32, 3)}
+	repeat := false
+	wv := randF32(rng, 5*2)
+	fn := func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+		d, err := b.DotGeneral(p[0], []int{1}, nil, p[1], []int{0}, nil) // native
+		if err != nil {
+			return nil, err
+		}
+		th, err := b.Tanh(d) // segment
+		if err != nil {
+			return nil, err
+		}
+		w, err := b.Constant(wv, 5, 2)
+		if err != nil {
+			return nil, err
+		}
+		d2, err := b.DotGeneral(th, []int{1}, nil, w, []int{0}, nil) // native, reads a constant
+		if err != nil {
+			return nil, err
+		}
+		s, err := b.Add(d2, d2) // segment
+		if err != nil {
+			return nil, err
+		}
+		if repeat {
+			return []backends.Op{s, d, p[0], w, d}, nil
+		}
+		return []backends.Op{s, d, p[0], w}, nil
+	}
+	vals := []any{randF32(rng, 32), randF32(rng, 40), randF32(rng, 3)}
+	want := runGraph(t, oracle, ins, vals, fn) // simplego refuses repeated outputs
+	repeat = true
+	want = append(want, want[1])
+	for run := range 2 {
+		got, err := tryGraph(e, ins, vals, []bool{true, false, true}, fn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			closeF32(t, fmt.Sprintf("run %d output %d", run, i), got[i].([]float32), want[i].([]float32), dotTol, 3)
+		}
+	}
+}
+
+// TestKernelPanicIsRunError injects a panic into a native kernel: the run
+// fails with an *OpError naming DotGeneral, the process survives, and the
+// next run of the same executable is correct.
+func TestKernelPanicIsRunError(t *testing.T) {
+	e, _ := newPair(t)
+	b := e.Builder("panic")
+	x, _ := b.Parameter("x", shapes.Make(dtypes.Float32, 2, 3), nil)
+	y, _ := b.Parameter("y", shapes.Make(dtypes.Float32, 3, 2), nil)
+	d, err := b.DotGeneral(x, []int{1}, nil, y, []int{0}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := b.Compile([]backends.Op{d}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Finalize()
+	x86 := exe.(*Executable)
+	orig := x86.p.steps[0].native
+	x86.p.steps[0].native = func(r *run, ins []backends.Buffer) ([]backends.Buffer, error) {
+		panic("injected")
+	}
+	bx, _ := e.BufferFromFlatData(0, []float32{1, 2, 3, 4, 5, 6}, shapes.Make(dtypes.Float32, 2, 3))
+	by, _ := e.BufferFromFlatData(0, []float32{1, 0, 0, 1, 1, 1}, shapes.Make(dtypes.Float32, 3, 2))
+	_, err = exe.Execute([]backends.Buffer{bx, by}, nil, 0)
+	var oe *OpError
+	if !errors.As(err, &oe) || oe.Op != "DotGeneral" {
+		t.Fatalf("want an *OpError naming DotGeneral, got %v", err)
+	}
+	t.Logf("error: %v", err)
+	x86.p.steps[0].native = orig
+	res, err := exe.Execute([]backends.Buffer{bx, by}, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := toFlat(e, res)
+	want := []float32{4, 5, 10, 11} // [[1,2,3],[4,5,6]] x [[1,0],[0,1],[1,1]]
+	for i, w := range want {
+		if got[0].([]float32)[i] != w {
+			t.Fatalf("after the panic: got %v, want %v", got[0], want)
+		}
+	}
+}
+
+// TestRefusals checks bad graphs fail at build or compile time, naming the
+// problem.
+func TestRefusals(t *testing.T) {
+	e, _ := newPair(t)
+	b := e.Builder("bad")
+	x, _ := b.Parameter("x", shapes.Make(dtypes.Float32, 2, 3), nil)
+	if _, err := b.DotGeneral(x, []int{1}, nil, x, []int{1, 0}, nil); err == nil {
+		t.Fatal("DotGeneral with mismatched contracting axes was accepted")
+	}
+	other := e.Builder("other")
+	y, _ := other.Parameter("y", shapes.Make(dtypes.Float32, 2, 3), nil)
+	if _, err := b.Add(x, y); err == nil {
+		t.Fatal("an op from another computation was accepted")
+	}
+	if err := b.DistributedSPMD(2); err == nil {
+		t.Fatal("DistributedSPMD(2) was accepted")
+	}
+	exe, err := b.Compile([]backends.Op{x}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bx, _ := e.BufferFromFlatData(0, make([]float32, 4), shapes.Make(dtypes.Float32, 4))
+	if _, err := exe.Execute([]backends.Buffer{bx}, nil, 0); err == nil {
+		t.Fatal("an input of the wrong shape was accepted")
+	} else {
+		t.Log(err)
+	}
+}

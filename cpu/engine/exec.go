@@ -1,0 +1,267 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	"github.com/tensorbridge/tensorbridge/cpu/parallel"
+)
+
+// OpError is the error of a step that failed at run time: Op names the op
+// (or the ops of a segment).
+type OpError struct {
+	Computation string
+	Op          string
+	Err         error
+}
+
+func (e *OpError) Error() string {
+	return fmt.Sprintf("%s: computation %q, op %s: %v", Name, e.Computation, e.Op, e.Err)
+}
+
+func (e *OpError) Unwrap() error { return e.Err }
+
+// Executable runs a plan. It is safe for concurrent use: each Execute has
+// its own buffers.
+type Executable struct {
+	e          *Engine
+	name       string
+	p          *plan
+	paramNames []string
+	paramShape []shapes.Shape
+	outShapes  []shapes.Shape
+	finalized  bool
+}
+
+var _ backends.Executable = (*Executable)(nil)
+
+func newExecutable(e *Engine, name string, params []*node, p *plan) *Executable {
+	x := &Executable{e: e, name: name, p: p}
+	for _, pn := range params {
+		x.paramNames = append(x.paramNames, pn.attr.(string))
+		x.paramShape = append(x.paramShape, pn.shapes[0])
+	}
+	for _, s := range p.outputs {
+		x.outShapes = append(x.outShapes, p.slots[s].shape)
+	}
+	return x
+}
+
+// Finalize releases the segments and the constants.
+func (x *Executable) Finalize() {
+	if x.finalized {
+		return
+	}
+	x.finalized = true
+	for _, st := range x.p.steps {
+		if st.seg != nil {
+			st.seg.Finalize()
+		}
+	}
+	for _, sl := range x.p.slots {
+		if sl.kind == slotConst && sl.konst != nil {
+			_ = x.e.inner.BufferFinalize(sl.konst)
+		}
+	}
+}
+
+// Inputs returns the parameters' names and shapes.
+func (x *Executable) Inputs() ([]string, []shapes.Shape) {
+	return slices.Clone(x.paramNames), slices.Clone(x.paramShape)
+}
+
+// Outputs returns the outputs' shapes.
+func (x *Executable) Outputs() []shapes.Shape { return slices.Clone(x.outShapes) }
+
+// run is the state of one Execute.
+type run struct {
+	x       *Executable
+	bufs    []backends.Buffer
+	owned   []bool
+	threads int
+}
+
+// Execute runs the plan. Donated inputs become the run's to free or reuse.
+func (x *Executable) Execute(inputs []backends.Buffer, donate []bool, _ backends.DeviceNum) ([]backends.Buffer, error) {
+	if x.finalized {
+		return nil, fmt.Errorf("%s: computation %q: executable already finalized", Name, x.name)
+	}
+	if err := x.checkInputs(inputs, donate); err != nil {
+		return nil, err
+	}
+	r := &run{x: x, bufs: make([]backends.Buffer, len(x.p.slots)), owned: make([]bool, len(x.p.slots)),
+		threads: parallel.Threads(0)}
+	for i, s := range x.p.params {
+		d := len(donate) > i && donate[i]
+		if s < 0 {
+			if d {
+				_ = x.e.inner.BufferFinalize(inputs[i])
+			}
+			continue
+		}
+		r.bufs[s], r.owned[s] = inputs[i], d
+	}
+	for s, sl := range x.p.slots {
+		if sl.kind == slotConst {
+			r.bufs[s] = sl.konst
+		}
+	}
+	for i := range x.p.steps {
+		if err := r.step(i); err != nil {
+			r.releaseAll()
+			return nil, err
+		}
+	}
+	return r.outputs()
+}
+
+// checkInputs checks the count and shapes of the inputs.
+func (x *Executable) checkInputs(inputs []backends.Buffer, donate []bool) error {
+	if len(inputs) != len(x.paramShape) {
+		return fmt.Errorf("%s: computation %q takes %d inputs, got %d", Name, x.name, len(x.paramShape), len(inputs))
+	}
+	if len(donate) != 0 && len(donate) != len(inputs) {
+		return fmt.Errorf("%s: computation %q: %d donation flags for %d inputs", Name, x.name, len(donate), len(inputs))
+	}
+	for i, in := range inputs {
+		if in == nil {
+			return fmt.Errorf("%s: computation %q: input #%d (%q) is nil", Name, x.name, i, x.paramNames[i])
+		}
+		s, err := x.e.inner.BufferShape(in)
+		if err != nil {
+			return fmt.Errorf("%s: computation %q: input #%d (%q): %w", Name, x.name, i, x.paramNames[i], err)
+		}
+		if !s.Equal(x.paramShape[i]) {
+			return fmt.Errorf("%s: computation %q: input #%d (%q): expected shape %s, got %s",
+				Name, x.name, i, x.paramNames[i], x.paramShape[i], s)
+		}
+	}
+	return nil
+}
+
+// step runs step i and releases the buffers it read last.
+func (r *run) step(i int) (err error) {
+	st := &r.x.p.steps[i]
+	ins := make([]backends.Buffer, len(st.ins))
+	for j, s := range st.ins {
+		ins[j] = r.bufs[s]
+	}
+	var outs []backends.Buffer
+	if st.seg != nil {
+		outs, err = r.segment(i, st, ins)
+	} else {
+		err = parallel.Run(func() { outs, err = st.native(r, ins) })
+		if err == nil && len(outs) != len(st.outs) {
+			err = fmt.Errorf("kernel returned %d outputs, want %d", len(outs), len(st.outs))
+		}
+	}
+	if err != nil {
+		var pe *parallel.PanicError
+		if errors.As(err, &pe) {
+			err = fmt.Errorf("%w (recovered; the executable stays usable)", err)
+		}
+		return &OpError{Computation: r.x.name, Op: st.name, Err: err}
+	}
+	for j, s := range st.outs {
+		r.bufs[s], r.owned[s] = outs[j], true
+	}
+	for _, s := range st.release {
+		r.free(s)
+	}
+	return nil
+}
+
+// segment runs a segment, donating the buffers it reads last.
+func (r *run) segment(i int, st *step, ins []backends.Buffer) (outs []backends.Buffer, err error) {
+	donate := make([]bool, len(ins))
+	for j, s := range st.ins {
+		sl := &r.x.p.slots[s]
+		donate[j] = r.owned[s] && sl.lastUse == i && !sl.output
+	}
+	err = parallel.Run(func() { outs, err = st.seg.Execute(ins, donate, 0) })
+	if err != nil {
+		return nil, err
+	}
+	for j, s := range st.ins {
+		if donate[j] {
+			r.bufs[s], r.owned[s] = nil, false // the segment took it
+		}
+	}
+	res := make([]backends.Buffer, len(st.outs))
+	taken := make([]bool, len(outs))
+	for j, k := range st.outIndex {
+		if !taken[k] {
+			res[j], taken[k] = outs[k], true
+			continue
+		}
+		if res[j], err = r.clone(outs[k]); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// free returns slot s's buffer to the pool when the run owns it.
+func (r *run) free(s int) {
+	if r.bufs[s] != nil && r.owned[s] {
+		_ = r.x.e.inner.BufferFinalize(r.bufs[s])
+	}
+	r.bufs[s], r.owned[s] = nil, false
+}
+
+// releaseAll frees every buffer the run owns (after a failure).
+func (r *run) releaseAll() {
+	for s := range r.bufs {
+		r.free(s)
+	}
+}
+
+// outputs hands out the outputs: owned buffers as they are, others (and
+// repeats) as copies.
+func (r *run) outputs() ([]backends.Buffer, error) {
+	res := make([]backends.Buffer, len(r.x.p.outputs))
+	for i, s := range r.x.p.outputs {
+		if r.owned[s] {
+			res[i], r.owned[s] = r.bufs[s], false
+			continue
+		}
+		c, err := r.clone(r.bufs[s])
+		if err != nil {
+			r.releaseAll()
+			return nil, &OpError{Computation: r.x.name, Op: "output", Err: err}
+		}
+		res[i] = c
+	}
+	return res, nil
+}
+
+// clone copies a buffer.
+func (r *run) clone(b backends.Buffer) (backends.Buffer, error) {
+	s, err := r.x.e.inner.BufferShape(b)
+	if err != nil {
+		return nil, err
+	}
+	src, err := r.x.e.inner.BufferData(b)
+	if err != nil {
+		return nil, err
+	}
+	nb, dst, err := r.x.e.inner.NewSharedBuffer(0, s)
+	if err != nil {
+		return nil, err
+	}
+	reflect.Copy(reflect.ValueOf(dst), reflect.ValueOf(src))
+	return nb, nil
+}
+
+// alloc returns a new buffer of shape s and its flat values (not zeroed).
+func (r *run) alloc(s shapes.Shape) (backends.Buffer, any, error) {
+	return r.x.e.inner.NewSharedBuffer(0, s)
+}
+
+// data returns a buffer's flat values.
+func (r *run) data(b backends.Buffer) (any, error) { return r.x.e.inner.BufferData(b) }

@@ -1,0 +1,474 @@
+package engine
+
+import (
+	"math"
+	"slices"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	"github.com/tensorbridge/tensorbridge/cpu/parallel"
+)
+
+// Element-wise fusion: a region of float32 element-wise ops over one
+// output shape runs as one loop over tiles of the output, each op applied
+// to a tile held in a small buffer, so intermediate values never go to
+// memory. Every op rounds to float32 exactly as GoMLX's reference engine
+// does (the same formula per element), so fusion changes no result: no
+// Mul and Add are contracted into one FMA.
+
+// fusable reports whether n can be a member of an element-wise region:
+// a float32 op of this file, or a BroadcastInDim (which reads its input
+// through strides).
+func fusable(n *node) bool {
+	if !allFloat32(n) || len(n.shapes) != 1 {
+		return false
+	}
+	if adapter(n) {
+		return true
+	}
+	_, un := unaryOps[n.op]
+	_, bin := binaryOps[n.op]
+	return un || bin
+}
+
+var unaryOps = map[backends.OpType]func(d, a []float32){
+	backends.OpTypeNeg: func(d, a []float32) {
+		for i, x := range a[:len(d)] {
+			d[i] = -x
+		}
+	},
+	backends.OpTypeAbs: func(d, a []float32) {
+		for i, x := range a[:len(d)] {
+			if x < 0 {
+				x = -x
+			}
+			d[i] = x
+		}
+	},
+	backends.OpTypeExp:   mapF64(math.Exp),
+	backends.OpTypeLog:   mapF64(math.Log),
+	backends.OpTypeTanh:  mapF64(math.Tanh),
+	backends.OpTypeSqrt:  mapF64(math.Sqrt),
+	backends.OpTypeErf:   mapF64(math.Erf),
+	backends.OpTypeRsqrt: mapF64(func(x float64) float64 { return 1.0 / math.Sqrt(x) }),
+	backends.OpTypeLogistic: mapF64(func(x float64) float64 {
+		if x >= 0 {
+			return 1.0 / (1.0 + math.Exp(-x))
+		}
+		e := math.Exp(x)
+		return e / (1.0 + e)
+	}),
+}
+
+// mapF64 applies f in float64 and rounds to float32, as simplego does.
+func mapF64(f func(float64) float64) func(d, a []float32) {
+	return func(d, a []float32) {
+		for i, x := range a[:len(d)] {
+			d[i] = float32(f(float64(x)))
+		}
+	}
+}
+
+var binaryOps = map[backends.OpType]func(d, a, b []float32){
+	backends.OpTypeAdd: func(d, a, b []float32) {
+		a, b = a[:len(d)], b[:len(d)]
+		for i := range d {
+			d[i] = a[i] + b[i]
+		}
+	},
+	backends.OpTypeSub: func(d, a, b []float32) {
+		a, b = a[:len(d)], b[:len(d)]
+		for i := range d {
+			d[i] = a[i] - b[i]
+		}
+	},
+	backends.OpTypeMul: func(d, a, b []float32) {
+		a, b = a[:len(d)], b[:len(d)]
+		for i := range d {
+			d[i] = a[i] * b[i]
+		}
+	},
+	backends.OpTypeDiv: func(d, a, b []float32) {
+		a, b = a[:len(d)], b[:len(d)]
+		for i := range d {
+			d[i] = a[i] / b[i]
+		}
+	},
+	backends.OpTypeMax: func(d, a, b []float32) {
+		a, b = a[:len(d)], b[:len(d)]
+		for i := range d {
+			d[i] = max(a[i], b[i])
+		}
+	},
+	backends.OpTypeMin: func(d, a, b []float32) {
+		a, b = a[:len(d)], b[:len(d)]
+		for i := range d {
+			d[i] = min(a[i], b[i])
+		}
+	},
+	backends.OpTypePow: func(d, a, b []float32) {
+		a, b = a[:len(d)], b[:len(d)]
+		for i := range d {
+			d[i] = float32(math.Pow(float64(a[i]), float64(b[i])))
+		}
+	},
+}
+
+// adapter reports whether n only moves values (a broadcast, reshape or
+// transposition): in a region it becomes a strided read of its input,
+// which must come from outside the region.
+func adapter(n *node) bool {
+	switch n.op {
+	case backends.OpTypeBroadcastInDim, backends.OpTypeReshape, backends.OpTypeTranspose:
+		return true
+	}
+	return false
+}
+
+// adapterStrides are the strides by which adapter n reads its input at
+// each position of its output.
+func adapterStrides(n *node) []int {
+	in, out := n.in[0].shape(), n.shapes[0].Dimensions
+	switch n.op {
+	case backends.OpTypeBroadcastInDim:
+		return broadcastStrides(in, out, n.attr.(axesAttr).axes)
+	case backends.OpTypeTranspose:
+		vs := rowMajorStrides(in.Dimensions)
+		st := make([]int, len(out))
+		for i, a := range n.attr.(axesAttr).axes {
+			st[i] = vs[a]
+		}
+		return st
+	}
+	return rowMajorStrides(out) // Reshape: the same flat order
+}
+
+// region is an element-wise region being formed.
+type region struct {
+	shape   shapes.Shape
+	members []*node
+	in      map[*node]bool
+}
+
+// fusedLoad reads an external value into a register: element e of the
+// output tile is src[Σ idx_a·strides[a]].
+type fusedLoad struct {
+	slot    int
+	strides []int // per collapsed output axis
+}
+
+// fusedOp computes one member into register dst from registers a, b.
+type fusedOp struct {
+	un      func(d, a []float32)
+	bin     func(d, a, b []float32)
+	dst, a  int
+	b       int
+	outputs []int // positions among the step's outputs written from dst
+}
+
+// fusedPlan is a compiled region.
+type fusedPlan struct {
+	dims    []int // collapsed output dimensions
+	outSt   []int // output strides per collapsed axis
+	loads   []fusedLoad
+	ops     []fusedOp
+	loadOut [][]int // outputs that are loads (a BroadcastInDim output)
+	nregs   int
+	shape   shapes.Shape
+	nout    int
+}
+
+// tile is the number of elements of the innermost axis one step of the
+// loop handles.
+const tile = 512
+
+// run executes the region.
+func (f *fusedPlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, error) {
+	srcs := make([][]float32, len(ins))
+	for i, b := range ins {
+		v, err := r.f32(b)
+		if err != nil {
+			return nil, err
+		}
+		srcs[i] = v
+	}
+	outs := make([]backends.Buffer, f.nout)
+	dsts := make([][]float32, f.nout)
+	for i := range outs {
+		b, flat, err := r.alloc(f.shape)
+		if err != nil {
+			return nil, err
+		}
+		outs[i], dsts[i] = b, flat.([]float32)
+	}
+	if f.shape.Size() == 0 {
+		return outs, nil
+	}
+	inner := f.dims[len(f.dims)-1]
+	perRow := (inner + tile - 1) / tile
+	rows := f.shape.Size() / inner
+	grain := max(1, 16384/min(inner, tile))
+	err := parallel.For(rows*perRow, grain, r.threads, func(lo, hi int) {
+		f.tiles(srcs, dsts, lo, hi, perRow)
+	})
+	return outs, err
+}
+
+// tiles computes tiles [lo, hi) (tile t is piece t%perRow of row t/perRow).
+func (f *fusedPlan) tiles(srcs, dsts [][]float32, lo, hi, perRow int) {
+	regs := make([][]float32, f.nregs)
+	scratch := make([]float32, f.nregs*tile)
+	inner := f.dims[len(f.dims)-1]
+	idx := make([]int, len(f.dims))
+	for t := lo; t < hi; t++ {
+		row, piece := t/perRow, t%perRow
+		rem := row
+		for a := len(f.dims) - 2; a >= 0; a-- {
+			idx[a], rem = rem%f.dims[a], rem/f.dims[a]
+		}
+		idx[len(idx)-1] = piece * tile
+		n := min(tile, inner-idx[len(idx)-1])
+		for i, ld := range f.loads {
+			regs[i] = ld.read(srcs[i], idx, n, scratch[i*tile:(i+1)*tile])
+		}
+		out := offset(idx, f.outSt)
+		for _, op := range f.ops {
+			d := scratch[op.dst*tile : op.dst*tile+n]
+			if len(op.outputs) > 0 {
+				d = dsts[op.outputs[0]][out : out+n]
+			}
+			if op.un != nil {
+				op.un(d, regs[op.a])
+			} else {
+				op.bin(d, regs[op.a], regs[op.b])
+			}
+			regs[op.dst] = d
+			for _, o := range op.outputs[min(1, len(op.outputs)):] {
+				copy(dsts[o][out:out+n], d)
+			}
+		}
+		for i, os := range f.loadOut {
+			for _, o := range os {
+				copy(dsts[o][out:out+n], regs[i][:n])
+			}
+		}
+	}
+}
+
+// offset returns Σ idx[a]·st[a].
+func offset(idx, st []int) int {
+	o := 0
+	for a, i := range idx {
+		o += i * st[a]
+	}
+	return o
+}
+
+// read returns the n values of the tile at idx: a view of src when they
+// are contiguous, else buf filled.
+func (ld *fusedLoad) read(src []float32, idx []int, n int, buf []float32) []float32 {
+	o := offset(idx, ld.strides)
+	switch s := ld.strides[len(ld.strides)-1]; s {
+	case 1:
+		return src[o : o+n]
+	case 0:
+		v := src[o]
+		buf = buf[:n]
+		for i := range buf {
+			buf[i] = v
+		}
+		return buf
+	default:
+		buf = buf[:n]
+		for i := range buf {
+			buf[i] = src[o+i*s]
+		}
+		return buf
+	}
+}
+
+// compileRegion turns a region into a native step: its external inputs
+// (loads) and its outputs (members read outside it, or graph outputs).
+func (c *compiler) compileRegion(rg *region) step {
+	f := &fusedPlan{shape: rg.shape}
+	reg := map[int]int{} // slot of a member or external value -> register
+	var loadStrides [][]int
+	var loadSlots []int
+	loadOf := func(slot int, st []int) int {
+		for i, s := range loadSlots {
+			if s == slot && slices.Equal(loadStrides[i], st) {
+				return i
+			}
+		}
+		loadSlots, loadStrides = append(loadSlots, slot), append(loadStrides, st)
+		return len(loadSlots) - 1
+	}
+	dims := rg.shape.Dimensions
+	type pending struct {
+		n    *node
+		a, b int
+	}
+	var ops []pending
+	for _, n := range rg.members {
+		s := c.base[n.id]
+		if adapter(n) {
+			reg[s] = loadOf(c.slotOf(n.in[0]), adapterStrides(n))
+			continue
+		}
+		var args [2]int
+		for i, in := range n.in {
+			if r, ok := reg[c.slotOf(in)]; ok && rg.in[in.n] {
+				args[i] = r
+				continue
+			}
+			args[i] = loadOf(c.slotOf(in), implicitStrides(in.shape(), dims))
+		}
+		reg[s] = -1 - len(ops) // op registers are numbered after the loads
+		ops = append(ops, pending{n, args[0], args[1]})
+	}
+	nl := len(loadSlots)
+	fix := func(r int) int {
+		if r < 0 {
+			return nl + (-1 - r)
+		}
+		return r
+	}
+	st := step{name: "fused[", native: f.run}
+	f.loadOut = make([][]int, nl)
+	outputsOf := func(n *node) []int {
+		s := c.base[n.id]
+		if !c.usedOutside(s, rg.in) {
+			return nil
+		}
+		st.outs = append(st.outs, s)
+		return []int{len(st.outs) - 1}
+	}
+	for _, n := range rg.members {
+		st.name += n.op.String() + " "
+		if adapter(n) {
+			if o := outputsOf(n); o != nil {
+				l := reg[c.base[n.id]]
+				f.loadOut[l] = append(f.loadOut[l], o...)
+			}
+			continue
+		}
+	}
+	for i, p := range ops {
+		op := fusedOp{dst: nl + i, a: fix(p.a), b: fix(p.b), outputs: outputsOf(p.n)}
+		if un, ok := unaryOps[p.n.op]; ok {
+			op.un = un
+		} else {
+			op.bin = binaryOps[p.n.op]
+		}
+		f.ops = append(f.ops, op)
+	}
+	st.name = st.name[:len(st.name)-1] + "]"
+	f.nregs, f.nout = nl+len(ops), len(st.outs)
+	st.ins = loadSlots
+	f.dims, f.outSt, loadStrides = collapse(dims, rowMajorStrides(dims), loadStrides)
+	for i, s := range loadSlots {
+		f.loads = append(f.loads, fusedLoad{slot: s, strides: loadStrides[i]})
+	}
+	return st
+}
+
+// implicitStrides are the strides reading v (of the output's rank with
+// 1s broadcast, or a scalar) at each output position.
+func implicitStrides(v shapes.Shape, out []int) []int {
+	st := make([]int, len(out))
+	if v.Rank() == 0 {
+		return st
+	}
+	vs := rowMajorStrides(v.Dimensions)
+	for a := range out {
+		if v.Dimensions[a] != 1 || out[a] == 1 {
+			st[a] = vs[a]
+		}
+	}
+	return st
+}
+
+// broadcastStrides are the strides reading v, broadcast into out with v's
+// axis i at out's axis axes[i].
+func broadcastStrides(v shapes.Shape, out []int, axes []int) []int {
+	st := make([]int, len(out))
+	vs := rowMajorStrides(v.Dimensions)
+	for i, a := range axes {
+		if v.Dimensions[i] == out[a] {
+			st[a] = vs[i]
+		}
+	}
+	return st
+}
+
+// collapse drops axes of size 1 and merges neighbouring axes that every
+// reader walks as one, so the innermost loop is as long as possible.
+func collapse(dims, outSt []int, loads [][]int) ([]int, []int, [][]int) {
+	var d []int
+	keep := []int{}
+	for a, n := range dims {
+		if n != 1 {
+			keep = append(keep, a)
+		}
+	}
+	if len(keep) == 0 {
+		keep = []int{len(dims) - 1}
+		if len(dims) == 0 {
+			return []int{1}, []int{0}, zeros(len(loads))
+		}
+	}
+	pick := func(st []int) []int {
+		r := make([]int, len(keep))
+		for i, a := range keep {
+			r[i] = st[a]
+		}
+		return r
+	}
+	for _, a := range keep {
+		d = append(d, dims[a])
+	}
+	os := pick(outSt)
+	ls := make([][]int, len(loads))
+	for i := range loads {
+		ls[i] = pick(loads[i])
+	}
+	for a := len(d) - 2; a >= 0; a-- {
+		if !mergeable(a, d, os, ls) {
+			continue
+		}
+		d[a] *= d[a+1]
+		os[a] = os[a+1]
+		d, os = slices.Delete(d, a+1, a+2), slices.Delete(os, a+1, a+2)
+		for i := range ls {
+			ls[i][a] = ls[i][a+1]
+			ls[i] = slices.Delete(ls[i], a+1, a+2)
+		}
+	}
+	return d, os, ls
+}
+
+// mergeable reports whether axes a and a+1 are one strided axis for every
+// reader and the output.
+func mergeable(a int, d, os []int, ls [][]int) bool {
+	if os[a] != os[a+1]*d[a+1] {
+		return false
+	}
+	for _, st := range ls {
+		if st[a] != st[a+1]*d[a+1] {
+			return false
+		}
+	}
+	return true
+}
+
+func zeros(n int) [][]int {
+	z := make([][]int, n)
+	for i := range z {
+		z[i] = []int{0}
+	}
+	return z
+}
+
+var _ = dtypes.Float32

@@ -1,0 +1,253 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+)
+
+// fuseCase is an element-wise graph over inputs of the given shapes.
+type fuseCase struct {
+	name string
+	ins  [][]int
+	fn   graphFn
+	// want, when set, is the reference instead of simplego (which reads a
+	// BroadcastInDim with permuted axes as a reshape, against XLA's
+	// definition: https://openxla.org/xla/operation_semantics#broadcastindim).
+	want func(vals []any) []any
+}
+
+func op1(f func(backends.Builder, backends.Op) (backends.Op, error)) func(b backends.Builder, x backends.Op) backends.Op {
+	return func(b backends.Builder, x backends.Op) backends.Op {
+		o, err := f(b, x)
+		if err != nil {
+			panic(err)
+		}
+		return o
+	}
+}
+
+func op2(f func(backends.Builder, backends.Op, backends.Op) (backends.Op, error)) func(b backends.Builder, x, y backends.Op) backends.Op {
+	return func(b backends.Builder, x, y backends.Op) backends.Op {
+		o, err := f(b, x, y)
+		if err != nil {
+			panic(err)
+		}
+		return o
+	}
+}
+
+var (
+	add, sub, mul, div = op2(backends.Builder.Add), op2(backends.Builder.Sub), op2(backends.Builder.Mul), op2(backends.Builder.Div)
+	maxOp, powOp       = op2(backends.Builder.Max), op2(backends.Builder.Pow)
+	exp, tanh, erf     = op1(backends.Builder.Exp), op1(backends.Builder.Tanh), op1(backends.Builder.Erf)
+	rsqrt, logistic    = op1(backends.Builder.Rsqrt), op1(backends.Builder.Logistic)
+	neg, abs, logOp    = op1(backends.Builder.Neg), op1(backends.Builder.Abs), op1(backends.Builder.Log)
+)
+
+func bcast(b backends.Builder, x backends.Op, dims []int, axes ...int) backends.Op {
+	o, err := b.BroadcastInDim(x, shapes.Make(dtypes.Float32, dims...), axes)
+	if err != nil {
+		panic(err)
+	}
+	return o
+}
+
+func scalar(b backends.Builder, v float32) backends.Op {
+	o, err := b.Constant([]float32{v})
+	if err != nil {
+		panic(err)
+	}
+	return o
+}
+
+func catch(fn func() []backends.Op) (outs []backends.Op, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	return fn(), nil
+}
+
+var fuseCases = []fuseCase{
+	{"gelu", [][]int{{4, 300}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+		return catch(func() []backends.Op {
+			x := p[0]
+			h := mul(b, x, scalar(b, 0.5))
+			e := erf(b, mul(b, x, scalar(b, float32(1/math.Sqrt2))))
+			return []backends.Op{mul(b, h, add(b, e, scalar(b, 1)))}
+		})
+	}, nil},
+	{"bias relu (rows)", [][]int{{8, 1030}, {1030}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+		return catch(func() []backends.Op {
+			y := add(b, p[0], bcast(b, p[1], []int{8, 1030}, 1))
+			return []backends.Op{maxOp(b, y, bcast(b, scalar(b, 0), []int{8, 1030}))}
+		})
+	}, nil},
+	{"layer norm tail (columns) with middle outputs", [][]int{{6, 5, 7}, {6, 5}, {7}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+		return catch(func() []backends.Op {
+			c := sub(b, p[0], bcast(b, p[1], []int{6, 5, 7}, 0, 1))
+			r := rsqrt(b, add(b, mul(b, c, c), bcast(b, scalar(b, 1e-5), []int{6, 5, 7})))
+			y := mul(b, mul(b, c, r), bcast(b, p[2], []int{6, 5, 7}, 2))
+			return []backends.Op{y, c, bcast(b, p[2], []int{6, 5, 7}, 2)}
+		})
+	}, nil},
+	{"transposed broadcast", [][]int{{3, 4}, {4, 3}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+		return catch(func() []backends.Op {
+			return []backends.Op{add(b, p[0], bcast(b, p[1], []int{3, 4}, 1, 0))}
+		})
+	}, func(vals []any) []any {
+		x, y := vals[0].([]float32), vals[1].([]float32)
+		out := make([]float32, 12)
+		for i := range 3 {
+			for j := range 4 {
+				out[i*4+j] = x[i*4+j] + y[j*3+i] // y is [4, 3]: its axis 0 is the output's axis 1
+			}
+		}
+		return []any{out}
+	}},
+	{"implicit size-1 broadcast and scalars", [][]int{{5, 9}, {5, 1}, {}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+		return catch(func() []backends.Op {
+			return []backends.Op{div(b, sub(b, p[0], p[1]), p[2]), logistic(b, neg(b, p[0]))}
+		})
+	}, nil},
+	{"unary zoo", [][]int{{2, 3, 129}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+		return catch(func() []backends.Op {
+			x := p[0]
+			return []backends.Op{tanh(b, x), exp(b, x), abs(b, x), logOp(b, abs(b, x)), powOp(b, abs(b, x), x)}
+		})
+	}, nil},
+	{"scalar graph", [][]int{{}, {}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+		return catch(func() []backends.Op { return []backends.Op{mul(b, add(b, p[0], p[1]), p[1])} })
+	}, nil},
+	{"empty", [][]int{{0, 4}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+		return catch(func() []backends.Op { return []backends.Op{exp(b, p[0])} })
+	}, nil},
+}
+
+// TestFusionBitExact runs element-wise graphs on both engines: fusion
+// keeps every op's own rounding, so the results are identical to
+// simplego's bit for bit, NaNs and infinities included.
+func TestFusionBitExact(t *testing.T) {
+	e, oracle := newPair(t)
+	rng := rand.New(rand.NewPCG(5, 6))
+	special := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1e-40, -3e38}
+	for _, c := range fuseCases {
+		t.Run(c.name, func(t *testing.T) {
+			var ins []shapes.Shape
+			var vals []any
+			for _, d := range c.ins {
+				s := shapes.Make(dtypes.Float32, d...)
+				v := randF32(rng, s.Size())
+				for i := range min(len(v)/3, len(special)) {
+					v[3*i] = special[i]
+				}
+				ins, vals = append(ins, s), append(vals, v)
+			}
+			got := runGraph(t, e, ins, vals, c.fn)
+			var want []any
+			if c.want != nil {
+				want = c.want(vals)
+			} else {
+				want = runGraph(t, oracle, ins, vals, c.fn)
+			}
+			for i := range want {
+				g, w := got[i].([]float32), want[i].([]float32)
+				for j := range w {
+					if math.Float32bits(g[j]) != math.Float32bits(w[j]) {
+						t.Fatalf("output %d element %d: %g (%#x), want %g (%#x)", i, j, g[j], math.Float32bits(g[j]), w[j], math.Float32bits(w[j]))
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestFusionForms checks the plan: one fused step for a chain, not one
+// step per op.
+func TestFusionForms(t *testing.T) {
+	e, _ := newPair(t)
+	b := e.Builder("gelu")
+	x, _ := b.Parameter("x", shapes.Make(dtypes.Float32, 4, 300), nil)
+	outs, err := fuseCases[0].fn(b, []backends.Op{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := b.Compile(outs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Finalize()
+	steps := exe.(*Executable).p.steps
+	if len(steps) != 1 || steps[0].seg != nil {
+		var names []string
+		for _, s := range steps {
+			names = append(names, s.name)
+		}
+		t.Fatalf("GELU planned as %d steps %v, want one fused step", len(steps), names)
+	}
+	t.Log(steps[0].name)
+}
+
+// TestReduceAndAdaptersBitExact: reductions over every pattern of axes,
+// and transposes and reshapes read through fusion, equal simplego's bit
+// for bit (the same order of accumulation).
+func TestReduceAndAdaptersBitExact(t *testing.T) {
+	e, oracle := newPair(t)
+	rng := rand.New(rand.NewPCG(7, 8))
+	dims := []int{3, 4, 5, 6}
+	s := shapes.Make(dtypes.Float32, dims...)
+	v := randF32(rng, s.Size())
+	v[7], v[50] = float32(math.NaN()), float32(math.Inf(-1))
+	type red = func(backends.Builder, backends.Op, ...int) (backends.Op, error)
+	for _, r := range []struct {
+		name string
+		f    red
+	}{{"sum", backends.Builder.ReduceSum}, {"max", backends.Builder.ReduceMax}, {"min", backends.Builder.ReduceMin}} {
+		for _, axes := range [][]int{{3}, {2, 3}, {1}, {0}, {0, 2}, {1, 3}, {0, 1, 2, 3}, {}} {
+			t.Run(fmt.Sprint(r.name, axes), func(t *testing.T) {
+				fn := func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+					o, err := r.f(b, p[0], axes...)
+					return []backends.Op{o}, err
+				}
+				bitsEqual(t, runGraph(t, e, []shapes.Shape{s}, []any{v}, fn), runGraph(t, oracle, []shapes.Shape{s}, []any{v}, fn))
+			})
+		}
+	}
+	t.Run("transpose and reshape", func(t *testing.T) {
+		fn := func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+			tr, err := b.Transpose(p[0], 2, 0, 3, 1)
+			if err != nil {
+				return nil, err
+			}
+			rs, err := b.Reshape(p[0], 12, 30)
+			if err != nil {
+				return nil, err
+			}
+			x, err := b.Exp(tr)
+			return []backends.Op{tr, rs, x}, err
+		}
+		bitsEqual(t, runGraph(t, e, []shapes.Shape{s}, []any{v}, fn), runGraph(t, oracle, []shapes.Shape{s}, []any{v}, fn))
+	})
+}
+
+func bitsEqual(t *testing.T, got, want []any) {
+	t.Helper()
+	for i := range want {
+		g, w := got[i].([]float32), want[i].([]float32)
+		if len(g) != len(w) {
+			t.Fatalf("output %d: %d values, want %d", i, len(g), len(w))
+		}
+		for j := range w {
+			if math.Float32bits(g[j]) != math.Float32bits(w[j]) {
+				t.Fatalf("output %d element %d: %g, want %g", i, j, g[j], w[j])
+			}
+		}
+	}
+}

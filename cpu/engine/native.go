@@ -1,0 +1,41 @@
+package engine
+
+import (
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+)
+
+// KernelName names the matrix-multiply micro-kernel this CPU runs.
+func KernelName() string { return kernelName() }
+
+// kernelName is replaced by gemm.KernelName once the kernels land.
+var kernelName = func() string { return "go" }
+
+// nativeKernel returns the native kernel for n and the inputs it reads
+// (n's, or fewer when it prepared some at compile time), or a nil kernel
+// when n runs in a segment of the inner engine (its op, dtype or
+// parameters have no kernel here yet).
+func nativeKernel(e *Engine, n *node) (kernel, []*value) {
+	switch n.op {
+	case backends.OpTypeDotGeneral:
+		return dotKernel(n), n.in
+	case backends.OpTypeReduceSum, backends.OpTypeReduceMax, backends.OpTypeReduceMin:
+		return reduceKernel(n), n.in
+	}
+	return nil, nil
+}
+
+// allFloat32 reports whether n's inputs and outputs are all float32.
+func allFloat32(n *node) bool {
+	for _, v := range n.in {
+		if v.shape().DType != dtypes.Float32 {
+			return false
+		}
+	}
+	for _, s := range n.shapes {
+		if s.DType != dtypes.Float32 {
+			return false
+		}
+	}
+	return true
+}
