@@ -78,8 +78,11 @@ func (b *Builder) Compile(outputs []backends.Op, shardings []*backends.ShardingS
 	if err != nil {
 		return nil, err
 	}
+	debugPlan(b.name, p)
 	return newExecutable(b.e, b.name, b.params, p), nil
 }
+
+var debugPlan = func(string, *plan) {}
 
 // compiler holds the state of one Compile.
 type compiler struct {
@@ -90,6 +93,7 @@ type compiler struct {
 	uses    [][]*node  // consumers of each slot
 	kernels []kernel   // native kernel of each node, nil for segment ops
 	reads   [][]*value // the values each node's step reads
+	alias   []bool     // nodes read in place of their input (findAliases)
 	rg      *region    // the open element-wise region
 	fuse    bool       // form element-wise regions
 	nseg    int
@@ -125,8 +129,9 @@ func (c *compiler) compile(outs []*value) (*plan, error) {
 		c.p.slots[s].output = true
 	}
 	c.countUses(live)
+	c.findAliases(live)
 	for _, n := range c.b.nodes {
-		if !live[n.id] || n.param >= 0 || n.konst != nil {
+		if !live[n.id] || n.param >= 0 || n.konst != nil || c.alias[n.id] {
 			continue
 		}
 		if err := c.place(n); err != nil {
@@ -174,11 +179,20 @@ func (c *compiler) place(n *node) error {
 // readsRegion reports whether n reads a value of the open region.
 func (c *compiler) readsRegion(n *node) bool {
 	for _, v := range c.reads[n.id] {
-		if c.rg.in[v.n] {
+		if c.rg.in[c.root(v).n] {
 			return true
 		}
 	}
 	return false
+}
+
+// root returns the value an alias chain ending at v reads (v itself when
+// v is not an alias).
+func (c *compiler) root(v *value) *value {
+	for c.alias != nil && c.alias[v.n.id] {
+		v = v.n.in[0]
+	}
+	return v
 }
 
 // canJoin reports whether fusable n can join the open region.
@@ -186,7 +200,7 @@ func (c *compiler) canJoin(n *node) bool {
 	if !n.shapes[0].Equal(c.rg.shape) {
 		return false
 	}
-	return !adapter(n) || !c.rg.in[n.in[0].n]
+	return !adapter(n) || !c.rg.in[c.root(n.in[0]).n]
 }
 
 // closeRegion emits the open region, after the pending segment (which may
@@ -242,7 +256,54 @@ func (c *compiler) reachable(outs []*value) []bool {
 	return live
 }
 
-func (c *compiler) slotOf(v *value) int { return c.base[v.n.id] + v.i }
+// slotOf returns the slot holding v: for a Reshape or Identity read in
+// place (an alias), the slot of the value it reshapes.
+func (c *compiler) slotOf(v *value) int {
+	if c.alias != nil && c.alias[v.n.id] {
+		return c.slotOf(v.n.in[0])
+	}
+	return c.base[v.n.id] + v.i
+}
+
+// findAliases marks the Reshape and Identity nodes whose every reader is a
+// native kernel or an element-wise region: those read flat values, so the
+// node needs no copy, and they read the buffer of its input instead. A
+// node read by a segment of the inner engine (which checks each buffer's
+// shape), or that is an output, keeps its own buffer.
+func (c *compiler) findAliases(live []bool) {
+	c.alias = make([]bool, len(c.b.nodes))
+	for _, n := range c.b.nodes {
+		if !live[n.id] || (n.op != backends.OpTypeReshape && n.op != backends.OpTypeIdentity) {
+			continue
+		}
+		s := c.base[n.id]
+		if c.p.slots[s].output {
+			continue
+		}
+		ok := true
+		for _, u := range c.uses[s] {
+			if c.kernels[u.id] == nil && !(c.fuse && fusable(u)) && !(u.op == backends.OpTypeReshape || u.op == backends.OpTypeIdentity) {
+				ok = false
+			}
+		}
+		c.alias[n.id] = ok
+	}
+	// A chain of aliases is only valid if every link is one: unmark a
+	// node read by an alias that is not one.
+	for changed := true; changed; {
+		changed = false
+		for _, n := range c.b.nodes {
+			if !c.alias[n.id] {
+				continue
+			}
+			for _, u := range c.uses[c.base[n.id]] {
+				if (u.op == backends.OpTypeReshape || u.op == backends.OpTypeIdentity) && !c.alias[u.id] && c.kernels[u.id] == nil && !(c.fuse && fusable(u)) {
+					c.alias[n.id], changed = false, true
+				}
+			}
+		}
+	}
+}
 
 func (c *compiler) slotsOf(vs []*value) []int {
 	s := make([]int, len(vs))

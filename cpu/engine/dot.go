@@ -2,6 +2,7 @@ package engine
 
 import (
 	"slices"
+	"sync"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
@@ -27,12 +28,16 @@ type dotPlan struct {
 	m, n, k  int
 	batch    int
 	out      shapes.Shape
+	onesOnce sync.Once
+	unit     []float32
 }
 
-// dotKernel returns the float32 DotGeneral kernel.
-func dotKernel(n *node) kernel {
+// dotKernel returns the float32 DotGeneral kernel and the values it
+// reads: its operands, or the int8 weights under a ConvertDType feeding
+// its right operand.
+func dotKernel(n *node) (kernel, []*value) {
 	if !allFloat32(n) {
-		return nil
+		return nil, nil
 	}
 	a := n.attr.(dotAttr)
 	ls, rs := n.in[0].shape(), n.in[1].shape()
@@ -42,7 +47,10 @@ func dotKernel(n *node) kernel {
 	}
 	p.batch, p.m, p.k, p.n = p.lhs.batch, p.lhs.rows, p.lhs.cols, p.rhs.cols
 	p.out = n.shapes[0]
-	return p.run
+	if q := int8Source(n.in[1]); q != nil && p.weightsView() {
+		return p.runInt8, []*value{n.in[0], q}
+	}
+	return p.run, n.in
 }
 
 // freeAxes returns the axes of a rank-r operand that are neither batch nor
@@ -118,7 +126,12 @@ func (p *dotPlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, error) 
 	if err != nil {
 		return nil, err
 	}
-	if err := p.gemms(r, lhs, rhs, flat.([]float32)); err != nil {
+	if p.m <= gemvRows && p.weightsView() {
+		err = p.gemvF32(r, lhs, rhs, flat.([]float32))
+	} else {
+		err = p.gemms(r, lhs, rhs, flat.([]float32))
+	}
+	if err != nil {
 		_ = r.x.e.inner.BufferFinalize(out)
 		return nil, err
 	}

@@ -319,7 +319,7 @@ func (c *compiler) compileRegion(rg *region) step {
 		}
 		var args [2]int
 		for i, in := range n.in {
-			if r, ok := reg[c.slotOf(in)]; ok && rg.in[in.n] {
+			if r, ok := reg[c.slotOf(in)]; ok && rg.in[c.root(in).n] {
 				args[i] = r
 				continue
 			}

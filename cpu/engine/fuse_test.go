@@ -126,6 +126,24 @@ var fuseCases = []fuseCase{
 	{"scalar graph", [][]int{{}, {}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
 		return catch(func() []backends.Op { return []backends.Op{mul(b, add(b, p[0], p[1]), p[1])} })
 	}, nil},
+	{"reshapes between members", [][]int{{4, 6}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+		return catch(func() []backends.Op {
+			a := add(b, p[0], p[0])
+			same, err := b.Reshape(a, 4, 6)
+			if err != nil {
+				panic(err)
+			}
+			flat, err := b.Reshape(a, 24)
+			if err != nil {
+				panic(err)
+			}
+			id, err := b.Identity(flat)
+			if err != nil {
+				panic(err)
+			}
+			return []backends.Op{exp(b, same), tanh(b, id)}
+		})
+	}, nil},
 	{"empty", [][]int{{0, 4}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
 		return catch(func() []backends.Op { return []backends.Op{exp(b, p[0])} })
 	}, nil},

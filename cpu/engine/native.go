@@ -18,7 +18,7 @@ var kernelName = func() string { return "go" }
 func nativeKernel(e *Engine, n *node) (kernel, []*value) {
 	switch n.op {
 	case backends.OpTypeDotGeneral:
-		return dotKernel(n), n.in
+		return dotKernel(n)
 	case backends.OpTypeReduceSum, backends.OpTypeReduceMax, backends.OpTypeReduceMin:
 		return reduceKernel(n), n.in
 	}
