@@ -197,7 +197,7 @@ func (c *compiler) root(v *value) *value {
 
 // canJoin reports whether fusable n can join the open region.
 func (c *compiler) canJoin(n *node) bool {
-	if !n.shapes[0].Equal(c.rg.shape) {
+	if !slices.Equal(n.shapes[0].Dimensions, c.rg.shape.Dimensions) {
 		return false
 	}
 	return !adapter(n) || !c.rg.in[c.root(n.in[0]).n]

@@ -102,6 +102,8 @@ func newFlat(s shapes.Shape) any {
 		return make([]int32, s.Size())
 	case dtypes.Int64:
 		return make([]int64, s.Size())
+	case dtypes.Bool:
+		return make([]bool, s.Size())
 	}
 	panic(fmt.Sprintf("newFlat: dtype %s", s.DType))
 }

@@ -22,7 +22,17 @@ import (
 // a float32 op of this file, or a BroadcastInDim (which reads its input
 // through strides).
 func fusable(n *node) bool {
-	if !allFloat32(n) || len(n.shapes) != 1 {
+	if len(n.shapes) != 1 {
+		return false
+	}
+	if _, ok := compareOps[n.op]; ok {
+		return n.in[0].shape().DType == dtypes.Float32 && n.shapes[0].DType == dtypes.Bool
+	}
+	if n.op == backends.OpTypeWhere {
+		return n.in[0].shape().DType == dtypes.Bool && n.shapes[0].DType == dtypes.Float32 &&
+			n.in[1].shape().DType == dtypes.Float32 && n.in[2].shape().DType == dtypes.Float32
+	}
+	if !allFloat32(n) {
 		return false
 	}
 	if adapter(n) {
@@ -31,6 +41,42 @@ func fusable(n *node) bool {
 	_, un := unaryOps[n.op]
 	_, bin := binaryOps[n.op]
 	return un || bin
+}
+
+// Comparisons write 1 or 0 into a float32 register (a bool output is
+// converted when written); Go's comparisons give IEEE results for NaN, as
+// simplego's do.
+var compareOps = map[backends.OpType]func(d, a, b []float32){
+	backends.OpTypeEqual:          cmp(func(x, y float32) bool { return x == y }),
+	backends.OpTypeNotEqual:       cmp(func(x, y float32) bool { return x != y }),
+	backends.OpTypeGreaterThan:    cmp(func(x, y float32) bool { return x > y }),
+	backends.OpTypeGreaterOrEqual: cmp(func(x, y float32) bool { return x >= y }),
+	backends.OpTypeLessThan:       cmp(func(x, y float32) bool { return x < y }),
+	backends.OpTypeLessOrEqual:    cmp(func(x, y float32) bool { return x <= y }),
+}
+
+func cmp(f func(x, y float32) bool) func(d, a, b []float32) {
+	return func(d, a, b []float32) {
+		a, b = a[:len(d)], b[:len(d)]
+		for i := range d {
+			d[i] = 0
+			if f(a[i], b[i]) {
+				d[i] = 1
+			}
+		}
+	}
+}
+
+// where selects a or b by the condition register c (1 or 0).
+func where(d, c, a, b []float32) {
+	c, a, b = c[:len(d)], a[:len(d)], b[:len(d)]
+	for i := range d {
+		if c[i] != 0 {
+			d[i] = a[i]
+		} else {
+			d[i] = b[i]
+		}
+	}
 }
 
 var unaryOps = map[backends.OpType]func(d, a []float32){
@@ -157,14 +203,16 @@ type region struct {
 type fusedLoad struct {
 	slot    int
 	strides []int // per collapsed output axis
+	bool    bool  // a bool value, read as 1 or 0
 }
 
 // fusedOp computes one member into register dst from registers a, b.
 type fusedOp struct {
 	un      func(d, a []float32)
 	bin     func(d, a, b []float32)
-	dst, a  int
-	b       int
+	ter     func(d, c, a, b []float32)
+	dst     int
+	args    [3]int
 	outputs []int // positions among the step's outputs written from dst
 }
 
@@ -177,7 +225,7 @@ type fusedPlan struct {
 	loadOut [][]int // outputs that are loads (a BroadcastInDim output)
 	nregs   int
 	shape   shapes.Shape
-	nout    int
+	outDT   []dtypes.DType // dtype of each output (Float32 or Bool)
 }
 
 // tile is the number of elements of the innermost axis one step of the
@@ -186,22 +234,21 @@ const tile = 512
 
 // run executes the region.
 func (f *fusedPlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, error) {
-	srcs := make([][]float32, len(ins))
+	t := &fusedRun{f: f, srcs: make([]any, len(ins)), dsts: make([]any, len(f.outDT))}
 	for i, b := range ins {
-		v, err := r.f32(b)
+		v, err := r.data(b)
 		if err != nil {
 			return nil, err
 		}
-		srcs[i] = v
+		t.srcs[i] = v
 	}
-	outs := make([]backends.Buffer, f.nout)
-	dsts := make([][]float32, f.nout)
-	for i := range outs {
-		b, flat, err := r.alloc(f.shape)
+	outs := make([]backends.Buffer, len(f.outDT))
+	for i, dt := range f.outDT {
+		b, flat, err := r.alloc(shapes.Make(dt, f.shape.Dimensions...))
 		if err != nil {
 			return nil, err
 		}
-		outs[i], dsts[i] = b, flat.([]float32)
+		outs[i], t.dsts[i] = b, flat
 	}
 	if f.shape.Size() == 0 {
 		return outs, nil
@@ -211,48 +258,78 @@ func (f *fusedPlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, error
 	rows := f.shape.Size() / inner
 	grain := max(1, 16384/min(inner, tile))
 	err := parallel.For(rows*perRow, grain, r.threads, func(lo, hi int) {
-		f.tiles(srcs, dsts, lo, hi, perRow)
+		t.tiles(lo, hi, perRow)
 	})
 	return outs, err
 }
 
+// fusedRun is one run of a fused region.
+type fusedRun struct {
+	f          *fusedPlan
+	srcs, dsts []any // []float32 or []bool
+}
+
 // tiles computes tiles [lo, hi) (tile t is piece t%perRow of row t/perRow).
-func (f *fusedPlan) tiles(srcs, dsts [][]float32, lo, hi, perRow int) {
+func (t *fusedRun) tiles(lo, hi, perRow int) {
+	f := t.f
 	regs := make([][]float32, f.nregs)
 	scratch := make([]float32, f.nregs*tile)
 	inner := f.dims[len(f.dims)-1]
 	idx := make([]int, len(f.dims))
-	for t := lo; t < hi; t++ {
-		row, piece := t/perRow, t%perRow
+	for tt := lo; tt < hi; tt++ {
+		row, piece := tt/perRow, tt%perRow
 		rem := row
 		for a := len(f.dims) - 2; a >= 0; a-- {
 			idx[a], rem = rem%f.dims[a], rem/f.dims[a]
 		}
 		idx[len(idx)-1] = piece * tile
 		n := min(tile, inner-idx[len(idx)-1])
-		for i, ld := range f.loads {
-			regs[i] = ld.read(srcs[i], idx, n, scratch[i*tile:(i+1)*tile])
+		for i := range f.loads {
+			regs[i] = f.loads[i].read(t.srcs[i], idx, n, scratch[i*tile:(i+1)*tile])
 		}
 		out := offset(idx, f.outSt)
 		for _, op := range f.ops {
 			d := scratch[op.dst*tile : op.dst*tile+n]
 			if len(op.outputs) > 0 {
-				d = dsts[op.outputs[0]][out : out+n]
+				if dst, ok := t.dsts[op.outputs[0]].([]float32); ok {
+					d = dst[out : out+n]
+				}
 			}
-			if op.un != nil {
-				op.un(d, regs[op.a])
-			} else {
-				op.bin(d, regs[op.a], regs[op.b])
+			a := op.args
+			switch {
+			case op.un != nil:
+				op.un(d, regs[a[0]])
+			case op.bin != nil:
+				op.bin(d, regs[a[0]], regs[a[1]])
+			default:
+				op.ter(d, regs[a[0]], regs[a[1]], regs[a[2]])
 			}
 			regs[op.dst] = d
-			for _, o := range op.outputs[min(1, len(op.outputs)):] {
-				copy(dsts[o][out:out+n], d)
+			for _, o := range op.outputs {
+				t.write(o, out, d)
 			}
 		}
 		for i, os := range f.loadOut {
 			for _, o := range os {
-				copy(dsts[o][out:out+n], regs[i][:n])
+				t.write(o, out, regs[i][:n])
 			}
+		}
+	}
+}
+
+// write stores register values v into output o at offset out, converting
+// to bool for a bool output. It does nothing when v is already there.
+func (t *fusedRun) write(o, out int, v []float32) {
+	switch dst := t.dsts[o].(type) {
+	case []float32:
+		d := dst[out : out+len(v)]
+		if &d[0] != &v[0] {
+			copy(d, v)
+		}
+	case []bool:
+		d := dst[out : out+len(v)]
+		for i, x := range v {
+			d[i] = x != 0
 		}
 	}
 }
@@ -267,26 +344,35 @@ func offset(idx, st []int) int {
 }
 
 // read returns the n values of the tile at idx: a view of src when they
-// are contiguous, else buf filled.
-func (ld *fusedLoad) read(src []float32, idx []int, n int, buf []float32) []float32 {
+// are contiguous float32, else buf filled.
+func (ld *fusedLoad) read(src any, idx []int, n int, buf []float32) []float32 {
 	o := offset(idx, ld.strides)
-	switch s := ld.strides[len(ld.strides)-1]; s {
-	case 1:
-		return src[o : o+n]
-	case 0:
-		v := src[o]
-		buf = buf[:n]
+	s := ld.strides[len(ld.strides)-1]
+	buf = buf[:n]
+	if b, ok := src.([]bool); ok {
 		for i := range buf {
-			buf[i] = v
-		}
-		return buf
-	default:
-		buf = buf[:n]
-		for i := range buf {
-			buf[i] = src[o+i*s]
+			buf[i] = 0
+			if b[o+i*s] {
+				buf[i] = 1
+			}
 		}
 		return buf
 	}
+	v := src.([]float32)
+	switch s {
+	case 1:
+		return v[o : o+n]
+	case 0:
+		x := v[o]
+		for i := range buf {
+			buf[i] = x
+		}
+	default:
+		for i := range buf {
+			buf[i] = v[o+i*s]
+		}
+	}
+	return buf
 }
 
 // compileRegion turns a region into a native step: its external inputs
@@ -308,7 +394,7 @@ func (c *compiler) compileRegion(rg *region) step {
 	dims := rg.shape.Dimensions
 	type pending struct {
 		n    *node
-		a, b int
+		args [3]int
 	}
 	var ops []pending
 	for _, n := range rg.members {
@@ -317,7 +403,7 @@ func (c *compiler) compileRegion(rg *region) step {
 			reg[s] = loadOf(c.slotOf(n.in[0]), adapterStrides(n))
 			continue
 		}
-		var args [2]int
+		var args [3]int
 		for i, in := range n.in {
 			if r, ok := reg[c.slotOf(in)]; ok && rg.in[c.root(in).n] {
 				args[i] = r
@@ -326,7 +412,7 @@ func (c *compiler) compileRegion(rg *region) step {
 			args[i] = loadOf(c.slotOf(in), implicitStrides(in.shape(), dims))
 		}
 		reg[s] = -1 - len(ops) // op registers are numbered after the loads
-		ops = append(ops, pending{n, args[0], args[1]})
+		ops = append(ops, pending{n, args})
 	}
 	nl := len(loadSlots)
 	fix := func(r int) int {
@@ -343,6 +429,7 @@ func (c *compiler) compileRegion(rg *region) step {
 			return nil
 		}
 		st.outs = append(st.outs, s)
+		f.outDT = append(f.outDT, n.shapes[0].DType)
 		return []int{len(st.outs) - 1}
 	}
 	for _, n := range rg.members {
@@ -356,20 +443,24 @@ func (c *compiler) compileRegion(rg *region) step {
 		}
 	}
 	for i, p := range ops {
-		op := fusedOp{dst: nl + i, a: fix(p.a), b: fix(p.b), outputs: outputsOf(p.n)}
+		op := fusedOp{dst: nl + i, args: [3]int{fix(p.args[0]), fix(p.args[1]), fix(p.args[2])}, outputs: outputsOf(p.n)}
 		if un, ok := unaryOps[p.n.op]; ok {
 			op.un = un
+		} else if c, ok := compareOps[p.n.op]; ok {
+			op.bin = c
+		} else if p.n.op == backends.OpTypeWhere {
+			op.ter = where
 		} else {
 			op.bin = binaryOps[p.n.op]
 		}
 		f.ops = append(f.ops, op)
 	}
 	st.name = st.name[:len(st.name)-1] + "]"
-	f.nregs, f.nout = nl+len(ops), len(st.outs)
+	f.nregs = nl + len(ops)
 	st.ins = loadSlots
 	f.dims, f.outSt, loadStrides = collapse(dims, rowMajorStrides(dims), loadStrides)
 	for i, s := range loadSlots {
-		f.loads = append(f.loads, fusedLoad{slot: s, strides: loadStrides[i]})
+		f.loads = append(f.loads, fusedLoad{slot: s, strides: loadStrides[i], bool: c.p.slots[s].shape.DType == dtypes.Bool})
 	}
 	return st
 }
@@ -470,5 +561,3 @@ func zeros(n int) [][]int {
 	}
 	return z
 }
-
-var _ = dtypes.Float32

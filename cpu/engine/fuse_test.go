@@ -144,6 +144,27 @@ var fuseCases = []fuseCase{
 			return []backends.Op{exp(b, same), tanh(b, id)}
 		})
 	}, nil},
+	{"comparisons and where", [][]int{{3, 130}, {3, 130}, {130}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+		return catch(func() []backends.Op {
+			ge, err := b.GreaterOrEqual(p[0], p[1])
+			if err != nil {
+				panic(err)
+			}
+			ne, err := b.NotEqual(p[0], p[0]) // true at NaN
+			if err != nil {
+				panic(err)
+			}
+			w, err := b.Where(ge, p[0], bcast(b, p[2], []int{3, 130}, 1))
+			if err != nil {
+				panic(err)
+			}
+			w2, err := b.Where(ne, scalar(b, -1), w)
+			if err != nil {
+				panic(err)
+			}
+			return []backends.Op{exp(b, w2), ge}
+		})
+	}, nil},
 	{"empty", [][]int{{0, 4}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
 		return catch(func() []backends.Op { return []backends.Op{exp(b, p[0])} })
 	}, nil},
@@ -175,14 +196,7 @@ func TestFusionBitExact(t *testing.T) {
 			} else {
 				want = runGraph(t, oracle, ins, vals, c.fn)
 			}
-			for i := range want {
-				g, w := got[i].([]float32), want[i].([]float32)
-				for j := range w {
-					if math.Float32bits(g[j]) != math.Float32bits(w[j]) {
-						t.Fatalf("output %d element %d: %g (%#x), want %g (%#x)", i, j, g[j], math.Float32bits(g[j]), w[j], math.Float32bits(w[j]))
-					}
-				}
-			}
+			bitsEqual(t, got, want)
 		})
 	}
 }
@@ -258,6 +272,12 @@ func TestReduceAndAdaptersBitExact(t *testing.T) {
 func bitsEqual(t *testing.T, got, want []any) {
 	t.Helper()
 	for i := range want {
+		if wb, ok := want[i].([]bool); ok {
+			if fmt.Sprint(got[i]) != fmt.Sprint(wb) {
+				t.Fatalf("output %d: %v, want %v", i, got[i], wb)
+			}
+			continue
+		}
 		g, w := got[i].([]float32), want[i].([]float32)
 		if len(g) != len(w) {
 			t.Fatalf("output %d: %d values, want %d", i, len(g), len(w))
