@@ -379,3 +379,23 @@ func planOf(t *testing.T, e *Engine, ins []shapes.Shape, fn graphFn) []step {
 	t.Cleanup(exe.Finalize)
 	return exe.(*Executable).p.steps
 }
+
+// TestKernelErrorIsRunError: an error returned by a kernel (not a panic)
+// fails the run with an *OpError wrapping it.
+func TestKernelErrorIsRunError(t *testing.T) {
+	e, _ := newPair(t)
+	b := e.Builder("err")
+	x, _ := b.Parameter("x", shapes.Make(dtypes.Float32, 2, 3), nil)
+	d, _ := b.DotGeneral(x, []int{1}, nil, x, []int{1}, nil)
+	exe, err := b.Compile([]backends.Op{d}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Finalize()
+	sentinel := errors.New("injected kernel error")
+	exe.(*Executable).p.steps[0].native = func(r *run, ins []backends.Buffer) ([]backends.Buffer, error) { return nil, sentinel }
+	bx, _ := e.BufferFromFlatData(0, make([]float32, 6), shapes.Make(dtypes.Float32, 2, 3))
+	if _, err := exe.Execute([]backends.Buffer{bx}, nil, 0); !errors.Is(err, sentinel) {
+		t.Fatalf("got %v, want the kernel's error", err)
+	}
+}

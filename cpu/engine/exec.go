@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"sync"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
@@ -36,6 +37,7 @@ type Executable struct {
 	paramShape []shapes.Shape
 	outShapes  []shapes.Shape
 	finalized  bool
+	runs       sync.Pool // *run
 }
 
 var _ backends.Executable = (*Executable)(nil)
@@ -78,12 +80,35 @@ func (x *Executable) Inputs() ([]string, []shapes.Shape) {
 // Outputs returns the outputs' shapes.
 func (x *Executable) Outputs() []shapes.Shape { return slices.Clone(x.outShapes) }
 
-// run is the state of one Execute.
+// run is the state of one Execute, reused by later ones (runs).
 type run struct {
 	x       *Executable
 	bufs    []backends.Buffer
 	owned   []bool
+	ins     []backends.Buffer // a step's inputs
 	threads int
+}
+
+// getRun returns a cleared run state.
+func (x *Executable) getRun() *run {
+	if r, ok := x.runs.Get().(*run); ok {
+		r.threads = parallel.Threads(0)
+		return r
+	}
+	maxIns := 0
+	for _, st := range x.p.steps {
+		maxIns = max(maxIns, len(st.ins))
+	}
+	return &run{x: x, bufs: make([]backends.Buffer, len(x.p.slots)), owned: make([]bool, len(x.p.slots)),
+		ins: make([]backends.Buffer, maxIns), threads: parallel.Threads(0)}
+}
+
+// putRun clears r (it holds no buffer after a run) and keeps it.
+func (x *Executable) putRun(r *run) {
+	clear(r.bufs)
+	clear(r.owned)
+	clear(r.ins)
+	x.runs.Put(r)
 }
 
 // Execute runs the plan. Donated inputs become the run's to free or reuse.
@@ -94,8 +119,8 @@ func (x *Executable) Execute(inputs []backends.Buffer, donate []bool, _ backends
 	if err := x.checkInputs(inputs, donate); err != nil {
 		return nil, err
 	}
-	r := &run{x: x, bufs: make([]backends.Buffer, len(x.p.slots)), owned: make([]bool, len(x.p.slots)),
-		threads: parallel.Threads(0)}
+	r := x.getRun()
+	defer x.putRun(r)
 	for i, s := range x.p.params {
 		d := len(donate) > i && donate[i]
 		if s < 0 {
@@ -147,7 +172,7 @@ func (x *Executable) checkInputs(inputs []backends.Buffer, donate []bool) error 
 // step runs step i and releases the buffers it read last.
 func (r *run) step(i int) (err error) {
 	st := &r.x.p.steps[i]
-	ins := make([]backends.Buffer, len(st.ins))
+	ins := r.ins[:len(st.ins)]
 	for j, s := range st.ins {
 		ins[j] = r.bufs[s]
 	}
@@ -155,7 +180,10 @@ func (r *run) step(i int) (err error) {
 	if st.seg != nil {
 		outs, err = r.segment(i, st, ins)
 	} else {
-		err = parallel.Run(func() { outs, err = st.native(r, ins) })
+		var kerr error
+		if err = parallel.Run(func() { outs, kerr = st.native(r, ins) }); err == nil {
+			err = kerr
+		}
 		if err == nil && len(outs) != len(st.outs) {
 			err = fmt.Errorf("kernel returned %d outputs, want %d", len(outs), len(st.outs))
 		}
@@ -183,7 +211,10 @@ func (r *run) segment(i int, st *step, ins []backends.Buffer) (outs []backends.B
 		sl := &r.x.p.slots[s]
 		donate[j] = r.owned[s] && sl.lastUse == i && !sl.output
 	}
-	err = parallel.Run(func() { outs, err = st.seg.Execute(ins, donate, 0) })
+	var serr error
+	if err = parallel.Run(func() { outs, serr = st.seg.Execute(ins, donate, 0) }); err == nil {
+		err = serr
+	}
 	if err != nil {
 		return nil, err
 	}

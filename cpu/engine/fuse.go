@@ -3,6 +3,7 @@ package engine
 import (
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -226,6 +227,7 @@ type fusedPlan struct {
 	nregs   int
 	shape   shapes.Shape
 	outDT   []dtypes.DType // dtype of each output (Float32 or Bool)
+	spaces  sync.Pool      // *space
 }
 
 // tile is the number of elements of the innermost axis one step of the
@@ -263,6 +265,21 @@ func (f *fusedPlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, error
 	return outs, err
 }
 
+// space is one worker's registers.
+type space struct {
+	regs    [][]float32
+	scratch []float32
+	idx     []int
+}
+
+// workspace returns a worker's registers, reused across runs.
+func (f *fusedPlan) workspace() *space {
+	if w, ok := f.spaces.Get().(*space); ok {
+		return w
+	}
+	return &space{regs: make([][]float32, f.nregs), scratch: make([]float32, f.nregs*tile), idx: make([]int, len(f.dims))}
+}
+
 // fusedRun is one run of a fused region.
 type fusedRun struct {
 	f          *fusedPlan
@@ -272,10 +289,10 @@ type fusedRun struct {
 // tiles computes tiles [lo, hi) (tile t is piece t%perRow of row t/perRow).
 func (t *fusedRun) tiles(lo, hi, perRow int) {
 	f := t.f
-	regs := make([][]float32, f.nregs)
-	scratch := make([]float32, f.nregs*tile)
+	w := f.workspace()
+	defer f.spaces.Put(w)
+	regs, scratch, idx := w.regs, w.scratch, w.idx
 	inner := f.dims[len(f.dims)-1]
-	idx := make([]int, len(f.dims))
 	for tt := lo; tt < hi; tt++ {
 		row, piece := tt/perRow, tt%perRow
 		rem := row
