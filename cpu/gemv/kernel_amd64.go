@@ -1,0 +1,64 @@
+//go:build !purego
+
+package gemv
+
+import "golang.org/x/sys/cpu"
+
+// archKernels lists the SIMD kernels this CPU and OS support. AVX-512 needs
+// BW and VL besides F for the byte-masked int8 tail and the 256-bit EVEX
+// reduction; x/sys/cpu reports them only when the OS saves the registers.
+func archKernels() []kernel {
+	var ks []kernel
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		ks = append(ks, kernAVX2)
+	}
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL {
+		ks = append(ks, kernAVX512)
+	}
+	return ks
+}
+
+// f32BlockArch runs a block on an assembly kernel and reports whether it
+// did. The callers have checked every length, so the element addresses are
+// in range.
+func f32BlockArch(kern kernel, x []float32, ldx, mb int, w []float32, ldw, k int, y []float32, ldy int) bool {
+	switch kern {
+	case kernAVX512:
+		f32AVX512(&x[0], ldx, mb, &w[0], ldw, k, &y[0], ldy)
+	case kernAVX2:
+		f32AVX2(&x[0], ldx, mb, &w[0], ldw, k, &y[0], ldy)
+	default:
+		return false
+	}
+	return true
+}
+
+// int8BlockArch is f32BlockArch for int8 weights.
+func int8BlockArch(kern kernel, x []float32, ldx, mb int, w []int8, ldw, k int, scale, y []float32, ldy int) bool {
+	switch kern {
+	case kernAVX512:
+		i8AVX512(&x[0], ldx, mb, &w[0], ldw, k, &scale[0], &y[0], ldy)
+	case kernAVX2:
+		i8AVX2(&x[0], ldx, mb, &w[0], ldw, k, &scale[0], &y[0], ldy)
+	default:
+		return false
+	}
+	return true
+}
+
+// The assembly kernels (gemv_amd64.s, written by gen_asm.go) compute, for
+// m < mb and i < 4, y[m*ldy+i] = Σ_{j<k} x[m*ldx+j]·w[i*ldw+j] (times
+// scale[i] for int8 weights). mb ≤ 4 for AVX-512 and ≤ 2 for AVX2; the
+// AVX2 int8 kernel needs k ≥ 8.
+
+//go:noescape
+func f32AVX512(x *float32, ldx, mb int, w *float32, ldw, k int, y *float32, ldy int)
+
+//go:noescape
+func f32AVX2(x *float32, ldx, mb int, w *float32, ldw, k int, y *float32, ldy int)
+
+//go:noescape
+func i8AVX512(x *float32, ldx, mb int, w *int8, ldw, k int, scale *float32, y *float32, ldy int)
+
+//go:noescape
+func i8AVX2(x *float32, ldx, mb int, w *int8, ldw, k int, scale *float32, y *float32, ldy int)
