@@ -20,6 +20,15 @@ type operandView struct {
 	dims                      []int // the operand's dimensions
 	batch, rows, cols         int
 	bStride, rStride, cStride int
+	bOff                      []int // offset of each batch element when the batch axes are not one stride
+}
+
+// off returns the offset of batch element b.
+func (v *operandView) off(b int) int {
+	if v.bOff != nil {
+		return v.bOff[b]
+	}
+	return b * v.bStride
 }
 
 // dotPlan is a DotGeneral lowered to batched GEMMs.
@@ -65,18 +74,49 @@ func freeAxes(r int, batch, contract []int) []int {
 	return f
 }
 
-// viewOf groups the axes of s into batch, rows and cols, each one stride,
-// or plans a transposition into that order when they do not group.
+// viewOf groups the axes of s into batch, rows and cols, rows and cols
+// each one stride (the batch elements may be anywhere: their offsets are
+// tabulated), or plans a transposition into that order when they do not
+// group.
 func viewOf(s shapes.Shape, batch, rows, cols []int) operandView {
 	st := rowMajorStrides(s.Dimensions)
 	bn, bs, ok1 := group(s.Dimensions, st, batch)
 	rn, rs, ok2 := group(s.Dimensions, st, rows)
 	cn, cs, ok3 := group(s.Dimensions, st, cols)
-	if ok1 && ok2 && ok3 {
-		return operandView{dims: s.Dimensions, batch: bn, rows: rn, cols: cn, bStride: bs, rStride: rs, cStride: cs}
+	if ok2 && ok3 {
+		v := operandView{dims: s.Dimensions, batch: bn, rows: rn, cols: cn, bStride: bs, rStride: rs, cStride: cs}
+		if !ok1 {
+			v.bOff = batchOffsets(s.Dimensions, st, batch)
+		}
+		return v
 	}
 	perm := slices.Concat(batch, rows, cols)
 	return operandView{perm: perm, dims: s.Dimensions, batch: bn, rows: rn, cols: cn, bStride: rn * cn, rStride: cn, cStride: 1}
+}
+
+// batchOffsets returns the offset of each element of the batch axes, in
+// their order.
+func batchOffsets(dims, st, axes []int) []int {
+	n := 1
+	for _, a := range axes {
+		n *= dims[a]
+	}
+	offs := make([]int, 0, n)
+	idx := make([]int, len(axes))
+	for range n {
+		o := 0
+		for i, a := range axes {
+			o += idx[i] * st[a]
+		}
+		offs = append(offs, o)
+		for i := len(axes) - 1; i >= 0; i-- {
+			if idx[i]++; idx[i] < dims[axes[i]] {
+				break
+			}
+			idx[i] = 0
+		}
+	}
+	return offs
 }
 
 // rowMajorStrides returns the element strides of a row-major array.
@@ -154,8 +194,8 @@ func (v *operandView) materialize(flat []float32) []float32 {
 // after another with the threads inside each GEMM.
 func (p *dotPlan) gemms(r *run, lhs, rhs, c []float32) error {
 	one := func(b, threads int) error {
-		a := gemm.Matrix{Data: lhs[b*p.lhs.bStride:], RowStride: p.lhs.rStride, ColStride: p.lhs.cStride}
-		bm := gemm.Matrix{Data: rhs[b*p.rhs.bStride:], RowStride: p.rhs.rStride, ColStride: p.rhs.cStride}
+		a := gemm.Matrix{Data: lhs[p.lhs.off(b):], RowStride: p.lhs.rStride, ColStride: p.lhs.cStride}
+		bm := gemm.Matrix{Data: rhs[p.rhs.off(b):], RowStride: p.rhs.rStride, ColStride: p.rhs.cStride}
 		return gemm.Sgemm(p.m, p.n, p.k, a, bm, c[b*p.m*p.n:], p.n, false, threads)
 	}
 	if p.batch > 1 && p.m*p.n*p.k < 1<<18 {

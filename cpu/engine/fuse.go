@@ -29,6 +29,10 @@ func fusable(n *node) bool {
 	if _, ok := compareOps[n.op]; ok {
 		return n.in[0].shape().DType == dtypes.Float32 && n.shapes[0].DType == dtypes.Bool
 	}
+	if n.op == backends.OpTypeConvertDType {
+		from, to := n.in[0].shape().DType, n.shapes[0].DType
+		return (from == dtypes.Float32 && to == dtypes.Bool) || (from == dtypes.Bool && to == dtypes.Float32)
+	}
 	if n.op == backends.OpTypeWhere {
 		return n.in[0].shape().DType == dtypes.Bool && n.shapes[0].DType == dtypes.Float32 &&
 			n.in[1].shape().DType == dtypes.Float32 && n.in[2].shape().DType == dtypes.Float32
@@ -67,6 +71,20 @@ func cmp(f func(x, y float32) bool) func(d, a, b []float32) {
 		}
 	}
 }
+
+// toBool is ConvertDType float32 → bool (x != 0, so NaN is true, as Go's
+// comparison and simplego give); bool → float32 is a copy, the register
+// holding 1 or 0 already.
+func toBool(d, a []float32) {
+	for i, x := range a[:len(d)] {
+		d[i] = 0
+		if x != 0 {
+			d[i] = 1
+		}
+	}
+}
+
+func copyReg(d, a []float32) { copy(d, a[:len(d)]) }
 
 // where selects a or b by the condition register c (1 or 0).
 func where(d, c, a, b []float32) {
@@ -461,7 +479,12 @@ func (c *compiler) compileRegion(rg *region) step {
 	}
 	for i, p := range ops {
 		op := fusedOp{dst: nl + i, args: [3]int{fix(p.args[0]), fix(p.args[1]), fix(p.args[2])}, outputs: outputsOf(p.n)}
-		if un, ok := unaryOps[p.n.op]; ok {
+		if p.n.op == backends.OpTypeConvertDType {
+			op.un = copyReg
+			if p.n.shapes[0].DType == dtypes.Bool {
+				op.un = toBool
+			}
+		} else if un, ok := unaryOps[p.n.op]; ok {
 			op.un = un
 		} else if c, ok := compareOps[p.n.op]; ok {
 			op.bin = c

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
@@ -162,7 +163,15 @@ var fuseCases = []fuseCase{
 			if err != nil {
 				panic(err)
 			}
-			return []backends.Op{exp(b, w2), ge}
+			asBool, err := b.ConvertDType(p[1], dtypes.Bool) // NaN and -0 included
+			if err != nil {
+				panic(err)
+			}
+			back, err := b.ConvertDType(asBool, dtypes.Float32)
+			if err != nil {
+				panic(err)
+			}
+			return []backends.Op{exp(b, w2), ge, asBool, add(b, back, w2)}
 		})
 	}, nil},
 	{"empty", [][]int{{0, 4}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
@@ -287,5 +296,44 @@ func bitsEqual(t *testing.T, got, want []any) {
 				t.Fatalf("output %d element %d: %g, want %g", i, j, g[j], w[j])
 			}
 		}
+	}
+}
+
+// TestSliceConcatExact: native Slice (with strides) and Concatenate of
+// several dtypes equal simplego's exactly.
+func TestSliceConcatExact(t *testing.T) {
+	e, oracle := newPair(t)
+	for _, dt := range []dtypes.DType{dtypes.Float32, dtypes.Int32, dtypes.Int64, dtypes.Float64} {
+		t.Run(dt.String(), func(t *testing.T) {
+			s := shapes.Make(dt, 4, 5, 6)
+			v := newFlat(s)
+			rv := reflect.ValueOf(v)
+			for i := range rv.Len() {
+				rv.Index(i).Set(reflect.ValueOf(i*7 - 50).Convert(rv.Type().Elem()))
+			}
+			fn := func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+				a, err := b.Slice(p[0], []int{1, 0, 2}, []int{4, 5, 6}, []int{2, 1, 1})
+				if err != nil {
+					return nil, err
+				}
+				c, err := b.Slice(p[0], []int{0, 1, 0}, []int{4, 5, 6}, []int{1, 2, 3})
+				if err != nil {
+					return nil, err
+				}
+				cat, err := b.Concatenate(1, p[0], p[0])
+				if err != nil {
+					return nil, err
+				}
+				cat0, err := b.Concatenate(0, p[0], p[0])
+				return []backends.Op{a, c, cat, cat0}, err
+			}
+			got := runGraph(t, e, []shapes.Shape{s}, []any{v}, fn)
+			want := runGraph(t, oracle, []shapes.Shape{s}, []any{v}, fn)
+			for i := range want {
+				if !reflect.DeepEqual(got[i], want[i]) {
+					t.Fatalf("output %d: %v, want %v", i, got[i], want[i])
+				}
+			}
+		})
 	}
 }

@@ -19,6 +19,10 @@ func nativeKernel(e *Engine, n *node) (kernel, []*value) {
 	switch n.op {
 	case backends.OpTypeDotGeneral:
 		return dotKernel(n)
+	case backends.OpTypeSlice:
+		return sliceKernel(n), n.in
+	case backends.OpTypeConcatenate:
+		return concatKernel(n), n.in
 	case backends.OpTypeReduceSum, backends.OpTypeReduceMax, backends.OpTypeReduceMin:
 		return reduceKernel(n), n.in
 	}

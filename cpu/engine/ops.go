@@ -322,7 +322,7 @@ func (b *Builder) SelectAndScatterMin(operand, source backends.Op, windowDimensi
 // Slice records GoMLX's Slice.
 func (b *Builder) Slice(x backends.Op, starts, limits, strides []int) (backends.Op, error) {
 	starts, limits, strides = slices.Clone(starts), slices.Clone(limits), slices.Clone(strides)
-	return b.one(backends.OpTypeSlice, nil, func(t backends.Builder, in []backends.Op) (backends.Op, error) {
+	return b.one(backends.OpTypeSlice, sliceAttr{starts, limits, strides}, func(t backends.Builder, in []backends.Op) (backends.Op, error) {
 		return t.Slice(in[0], starts, limits, strides)
 	}, x)
 }

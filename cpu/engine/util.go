@@ -54,3 +54,11 @@ func transpose[T any](dst, src []T, dims, perm []int) {
 		}
 	}
 }
+
+// at returns s[i], or def when s is shorter or s[i] is 0.
+func at(s []int, i, def int) int {
+	if i < len(s) && s[i] != 0 {
+		return s[i]
+	}
+	return def
+}
