@@ -94,7 +94,7 @@ func (b *Builder) record(op backends.OpType, attr any, replay replayFn, ins ...b
 		n.in = append(n.in, v)
 		shadowIn[i] = v.n.shadow[v.i]
 	}
-	outs, err := replay(b.shadow, shadowIn)
+	outs, err := shadowCall(op, func() ([]backends.Op, error) { return replay(b.shadow, shadowIn) })
 	if err != nil {
 		return nil, err
 	}
@@ -211,4 +211,15 @@ func (b *Builder) DeviceAssignment(devices ...backends.DeviceNum) error {
 // AllReduce is refused: the engine runs on one device.
 func (b *Builder) AllReduce(operands []backends.Op, reductionType backends.ReduceOpType, replicaGroups [][]int) ([]backends.Op, error) {
 	return nil, fmt.Errorf("AllReduce: the %s engine runs on one device", Name)
+}
+
+// shadowCall runs f, turning a panic of the inner engine's builder (which
+// raises some bad arguments that way) into an error naming the op.
+func shadowCall(op backends.OpType, f func() ([]backends.Op, error)) (outs []backends.Op, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			outs, err = nil, fmt.Errorf("%s: invalid arguments: %v", op, r)
+		}
+	}()
+	return f()
 }

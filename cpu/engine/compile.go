@@ -73,7 +73,7 @@ func (b *Builder) Compile(outputs []backends.Op, shardings []*backends.ShardingS
 	}
 	b.compiled = true
 	c := &compiler{b: b, base: make([]int, len(b.nodes)), fuse: b.e.fuse}
-	p, err := c.compile(outs)
+	p, err := c.safeCompile(outs)
 	b.shadow, b.nodes = nil, nil
 	if err != nil {
 		return nil, err
@@ -215,6 +215,17 @@ func (c *compiler) closeRegion() error {
 	c.p.steps = append(c.p.steps, c.compileRegion(c.rg))
 	c.rg = nil
 	return nil
+}
+
+// safeCompile is compile with a panic (a planning bug) returned as an
+// error of the Compile, never one of the process.
+func (c *compiler) safeCompile(outs []*value) (p *plan, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			p, err = nil, fmt.Errorf("%s: compiling %q: %v", Name, c.b.name, r)
+		}
+	}()
+	return c.compile(outs)
 }
 
 // choose picks the native kernel of every node that has one, and the
@@ -372,7 +383,7 @@ func (c *compiler) flush() error {
 		for i, v := range n.in {
 			args[i] = ops[c.slotOf(v)]
 		}
-		res, err := n.replay(sb, args)
+		res, err := shadowCall(n.op, func() ([]backends.Op, error) { return n.replay(sb, args) })
 		if err != nil {
 			return fmt.Errorf("segment op %s: %w", n.op, err)
 		}

@@ -399,3 +399,17 @@ func TestKernelErrorIsRunError(t *testing.T) {
 		t.Fatalf("got %v, want the kernel's error", err)
 	}
 }
+
+// TestBuilderPanicIsError: arguments the inner engine's builder rejects by
+// panicking (an index vector axis out of range) are an error.
+func TestBuilderPanicIsError(t *testing.T) {
+	e, _ := newPair(t)
+	b := e.Builder("bad gather")
+	x, _ := b.Parameter("x", shapes.Make(dtypes.Float32, 7, 4), nil)
+	i, _ := b.Parameter("i", shapes.Make(dtypes.Int32, 2, 2), nil)
+	if _, err := b.Gather(x, i, 2, []int{2}, []int{0}, []int{0}, []int{1, 4}, false); err == nil {
+		t.Fatal("accepted")
+	} else {
+		t.Log(err)
+	}
+}

@@ -19,6 +19,8 @@ func nativeKernel(e *Engine, n *node) (kernel, []*value) {
 	switch n.op {
 	case backends.OpTypeDotGeneral:
 		return dotKernel(n)
+	case backends.OpTypeGather:
+		return gatherKernel(n), n.in
 	case backends.OpTypeSlice:
 		return sliceKernel(n), n.in
 	case backends.OpTypeConcatenate:

@@ -156,7 +156,7 @@ func (b *Builder) FFT(operand backends.Op, fftType backends.FFTType, fftLength [
 // Gather records GoMLX's Gather.
 func (b *Builder) Gather(operand, startIndices backends.Op, indexVectorAxis int, offsetOutputAxes, collapsedSliceAxes, startIndexMap, sliceSizes []int, indicesAreSorted bool) (backends.Op, error) {
 	o, c, s, z := slices.Clone(offsetOutputAxes), slices.Clone(collapsedSliceAxes), slices.Clone(startIndexMap), slices.Clone(sliceSizes)
-	return b.one(backends.OpTypeGather, nil, func(t backends.Builder, in []backends.Op) (backends.Op, error) {
+	return b.one(backends.OpTypeGather, gatherAttr{indexVectorAxis, o, c, s, z}, func(t backends.Builder, in []backends.Op) (backends.Op, error) {
 		return t.Gather(in[0], in[1], indexVectorAxis, o, c, s, z, indicesAreSorted)
 	}, operand, startIndices)
 }
