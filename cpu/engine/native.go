@@ -3,13 +3,12 @@ package engine
 import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	"github.com/tensorbridge/tensorbridge/cpu/gemm"
 )
 
 // KernelName names the matrix-multiply micro-kernel this CPU runs.
-func KernelName() string { return kernelName() }
-
-// kernelName is replaced by gemm.KernelName once the kernels land.
-var kernelName = func() string { return "go" }
+func KernelName() string { return gemm.KernelName() }
 
 // nativeKernel returns the native kernel for n and the inputs it reads
 // (n's, or fewer when it prepared some at compile time), or a nil kernel

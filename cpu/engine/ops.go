@@ -130,6 +130,23 @@ func (b *Builder) DotGeneral(lhs backends.Op, lhsContractingAxes, lhsBatchAxes [
 	}, lhs, rhs)
 }
 
+// Dot records XLA's Dot of operands of rank 1 or 2 (the last axis of lhs
+// against the first of rhs) as the DotGeneral it is, so it runs natively.
+func (b *Builder) Dot(x, y backends.Op) (backends.Op, error) {
+	xs, err := b.OpShape(x)
+	if err != nil {
+		return nil, err
+	}
+	ys, err := b.OpShape(y)
+	if err != nil {
+		return nil, err
+	}
+	if xs.Rank() < 1 || xs.Rank() > 2 || ys.Rank() < 1 || ys.Rank() > 2 {
+		return b.binary(backends.OpTypeDot, backends.Builder.Dot, x, y)
+	}
+	return b.DotGeneral(x, []int{xs.Rank() - 1}, nil, y, []int{0}, nil)
+}
+
 // DynamicSlice records GoMLX's DynamicSlice.
 func (b *Builder) DynamicSlice(operand backends.Op, startIndices []backends.Op, sliceDims []int) (backends.Op, error) {
 	sliceDims = slices.Clone(sliceDims)

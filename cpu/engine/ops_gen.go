@@ -169,11 +169,6 @@ func (b *Builder) Div(x, y backends.Op) (backends.Op, error) {
 	return b.binary(backends.OpTypeDiv, backends.Builder.Div, x, y)
 }
 
-// Dot records GoMLX's Dot.
-func (b *Builder) Dot(x, y backends.Op) (backends.Op, error) {
-	return b.binary(backends.OpTypeDot, backends.Builder.Dot, x, y)
-}
-
 // Equal records GoMLX's Equal.
 func (b *Builder) Equal(x, y backends.Op) (backends.Op, error) {
 	return b.binary(backends.OpTypeEqual, backends.Builder.Equal, x, y)
