@@ -100,6 +100,13 @@ type compiler struct {
 }
 
 func (c *compiler) compile(outs []*value) (*plan, error) {
+	c.reads = make([][]*value, len(c.b.nodes))
+	for _, n := range c.b.nodes {
+		c.reads[n.id] = n.in
+	}
+	if err := c.fold(c.reachable(outs)); err != nil {
+		return nil, err
+	}
 	c.choose()
 	live := c.reachable(outs)
 	for _, n := range c.b.nodes {
@@ -234,10 +241,10 @@ func (c *compiler) safeCompile(outs []*value) (p *plan, err error) {
 // weights under a ConvertDType it converts while reading).
 func (c *compiler) choose() {
 	c.kernels = make([]kernel, len(c.b.nodes))
-	c.reads = make([][]*value, len(c.b.nodes))
 	for _, n := range c.b.nodes {
 		c.reads[n.id] = n.in
 		if n.param >= 0 || n.konst != nil {
+			c.reads[n.id] = nil
 			continue
 		}
 		if k, ins := nativeKernel(c.b.e, n); k != nil {
@@ -284,7 +291,7 @@ func (c *compiler) slotOf(v *value) int {
 func (c *compiler) findAliases(live []bool) {
 	c.alias = make([]bool, len(c.b.nodes))
 	for _, n := range c.b.nodes {
-		if !live[n.id] || (n.op != backends.OpTypeReshape && n.op != backends.OpTypeIdentity) {
+		if !live[n.id] || n.konst != nil || (n.op != backends.OpTypeReshape && n.op != backends.OpTypeIdentity) {
 			continue
 		}
 		s := c.base[n.id]

@@ -44,7 +44,7 @@ type dotPlan struct {
 // dotKernel returns the float32 DotGeneral kernel and the values it
 // reads: its operands, or the int8 weights under a ConvertDType feeding
 // its right operand.
-func dotKernel(n *node) (kernel, []*value) {
+func dotKernel(e *Engine, n *node) (kernel, []*value) {
 	if !allFloat32(n) {
 		return nil, nil
 	}
@@ -59,7 +59,57 @@ func dotKernel(n *node) (kernel, []*value) {
 	if q := int8Source(n.in[1]); q != nil && p.weightsView() {
 		return p.runInt8, []*value{n.in[0], q}
 	}
+	if w := n.in[1].n; w.konst != nil && (p.rhs.perm != nil || p.rhs.bOff != nil || (p.k > 1 && p.rhs.rStride != 1)) {
+		if flat, err := e.inner.BufferData(w.konst); err == nil {
+			packed := p.packWeights(flat.([]float32))
+			return func(r *run, ins []backends.Buffer) ([]backends.Buffer, error) {
+				return p.runPacked(r, ins[0], packed)
+			}, n.in[:1]
+		}
+	}
 	return p.run, n.in
+}
+
+// packWeights lays a constant right operand out once, at compile time, as
+// the kernels read it best: per batch element, N rows of K contiguous
+// values (Bᵀ), so no run packs it again.
+func (p *dotPlan) packWeights(flat []float32) []float32 {
+	src := p.rhs.materialize(flat)
+	packed := make([]float32, p.batch*p.n*p.k)
+	for b := range p.batch {
+		base, dst := p.rhs.off(b), packed[b*p.n*p.k:]
+		for j := range p.n {
+			for q := range p.k {
+				dst[j*p.k+q] = src[base+q*p.rhs.rStride+j*p.rhs.cStride]
+			}
+		}
+	}
+	p.rhs = operandView{batch: p.batch, rows: p.k, cols: p.n, bStride: p.n * p.k, rStride: 1, cStride: p.k}
+	return packed
+}
+
+// runPacked computes the product with a right operand packed by
+// packWeights.
+func (p *dotPlan) runPacked(r *run, x backends.Buffer, rhs []float32) ([]backends.Buffer, error) {
+	lhs, err := r.f32(x)
+	if err != nil {
+		return nil, err
+	}
+	lhs = p.lhs.materialize(lhs)
+	out, flat, err := r.alloc(p.out)
+	if err != nil {
+		return nil, err
+	}
+	if p.m <= gemvRows && p.weightsView() {
+		err = p.gemvF32(r, lhs, rhs, flat.([]float32))
+	} else {
+		err = p.gemms(r, lhs, rhs, flat.([]float32))
+	}
+	if err != nil {
+		_ = r.x.e.inner.BufferFinalize(out)
+		return nil, err
+	}
+	return []backends.Buffer{out}, nil
 }
 
 // freeAxes returns the axes of a rank-r operand that are neither batch nor

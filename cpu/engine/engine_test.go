@@ -177,17 +177,32 @@ func TestDotGeneralMatchesSimplego(t *testing.T) {
 	e, oracle := newPair(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, c := range dotCases {
-		t.Run(c.name, func(t *testing.T) {
-			ins := []shapes.Shape{shapes.Make(dtypes.Float32, c.ls...), shapes.Make(dtypes.Float32, c.rs...)}
-			vals := []any{randF32(rng, ins[0].Size()), randF32(rng, ins[1].Size())}
-			fn := func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
-				o, err := b.DotGeneral(p[0], c.lc, c.lb, p[1], c.rc, c.rb)
-				return []backends.Op{o}, err
-			}
-			got := runGraph(t, e, ins, vals, fn)
-			want := runGraph(t, oracle, ins, vals, fn)
-			closeF32(t, c.name, got[0].([]float32), want[0].([]float32), dotTol, math.Sqrt(float64(c.contracted())))
-		})
+		for _, constRHS := range []bool{false, true} { // a constant rhs is packed at compile time
+			t.Run(fmt.Sprint(c.name, "/const=", constRHS), func(t *testing.T) {
+				ls, rs := shapes.Make(dtypes.Float32, c.ls...), shapes.Make(dtypes.Float32, c.rs...)
+				lv, rv := randF32(rng, ls.Size()), randF32(rng, rs.Size())
+				ins, vals := []shapes.Shape{ls, rs}, []any{lv, rv}
+				if constRHS {
+					ins, vals = ins[:1], vals[:1]
+				}
+				fn := func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+					rhs := backends.Op(nil)
+					if constRHS {
+						var err error
+						if rhs, err = b.Constant(rv, c.rs...); err != nil {
+							return nil, err
+						}
+					} else {
+						rhs = p[1]
+					}
+					o, err := b.DotGeneral(p[0], c.lc, c.lb, rhs, c.rc, c.rb)
+					return []backends.Op{o}, err
+				}
+				got := runGraph(t, e, ins, vals, fn)
+				want := runGraph(t, oracle, ins, vals, fn)
+				closeF32(t, c.name, got[0].([]float32), want[0].([]float32), dotTol, math.Sqrt(float64(c.contracted())))
+			})
+		}
 	}
 }
 
@@ -411,5 +426,35 @@ func TestBuilderPanicIsError(t *testing.T) {
 		t.Fatal("accepted")
 	} else {
 		t.Log(err)
+	}
+}
+
+// TestFoldedReshapeOfConstant: a Reshape of a constant (folded at compile
+// time) read by a native kernel, as ONNX models' weights are.
+func TestFoldedReshapeOfConstant(t *testing.T) {
+	e, oracle := newPair(t)
+	rng := rand.New(rand.NewPCG(4, 4))
+	w := randF32(rng, 6*4)
+	ins := []shapes.Shape{shapes.Make(dtypes.Float32, 2, 4)}
+	fn := func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+		c, err := b.Constant(w, 24)
+		if err != nil {
+			return nil, err
+		}
+		r, err := b.Reshape(c, 4, 6)
+		if err != nil {
+			return nil, err
+		}
+		tr, err := b.Transpose(r, 1, 0)
+		if err != nil {
+			return nil, err
+		}
+		o, err := b.DotGeneral(p[0], []int{1}, nil, tr, []int{1}, nil)
+		return []backends.Op{o}, err
+	}
+	vals := []any{randF32(rng, 8)}
+	closeF32(t, "folded", runGraph(t, e, ins, vals, fn)[0].([]float32), runGraph(t, oracle, ins, vals, fn)[0].([]float32), dotTol, 2)
+	if steps := planOf(t, e, ins, fn); len(steps) != 1 {
+		t.Fatalf("%d steps, want the product alone (Reshape and Transpose of a constant folded)", len(steps))
 	}
 }

@@ -17,7 +17,7 @@ func KernelName() string { return gemm.KernelName() }
 func nativeKernel(e *Engine, n *node) (kernel, []*value) {
 	switch n.op {
 	case backends.OpTypeDotGeneral:
-		return dotKernel(n)
+		return dotKernel(e, n)
 	case backends.OpTypeGather:
 		return gatherKernel(n), n.in
 	case backends.OpTypeSlice:
