@@ -18,6 +18,8 @@ func nativeKernel(e *Engine, n *node) (kernel, []*value) {
 	switch n.op {
 	case backends.OpTypeDotGeneral:
 		return dotKernel(e, n)
+	case backends.OpTypeConvGeneral:
+		return convKernel(e, n)
 	case backends.OpTypeGather:
 		return gatherKernel(n), n.in
 	case backends.OpTypeSlice:

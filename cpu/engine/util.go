@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/gomlx/gomlx/backends"
 )
@@ -62,3 +63,17 @@ func at(s []int, i, def int) int {
 	}
 	return def
 }
+
+var f32Pool sync.Pool // *[]float32 scratch
+
+// getF32 returns scratch of n float32 values (not zeroed).
+func getF32(n int) *[]float32 {
+	if p, ok := f32Pool.Get().(*[]float32); ok && cap(*p) >= n {
+		*p = (*p)[:n]
+		return p
+	}
+	s := make([]float32, n)
+	return &s
+}
+
+func putF32(p *[]float32) { f32Pool.Put(p) }

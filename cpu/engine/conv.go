@@ -1,0 +1,299 @@
+package engine
+
+import (
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	"github.com/tensorbridge/tensorbridge/cpu/gemm"
+	"github.com/tensorbridge/tensorbridge/cpu/parallel"
+)
+
+// Convolutions (XLA's ConvGeneral, any layout, strides, padding, input and
+// kernel dilations, feature groups) of float32. Each group is one product
+// of its kernel, as a [Og, Cg·∏K] matrix, by the patches of its input,
+// one row of Cg·∏K values per output position (im2col), computed in
+// chunks of positions so the patches stay in cache; depthwise
+// convolutions (one input channel per group) run as a direct loop instead.
+// Constant kernels are packed once, at compile time.
+
+// convPlan is one convolution.
+type convPlan struct {
+	batch, groups, cg, og     int   // batch, groups, input and output channels per group
+	inSp, kSp, outSp          []int // spatial dimensions
+	strides, kDil, inDil, pad []int
+	inB, inC                  int   // input strides of batch and channel
+	inSt                      []int // input strides of the spatial axes
+	kO, kC                    int   // kernel strides of output and input channel
+	kSt                       []int
+	outB, outC                int
+	outSt                     []int
+	out                       shapes.Shape
+	taps, positions           int // ∏K and ∏ output spatial
+	contiguousOut             bool
+}
+
+// convKernel returns the float32 ConvGeneral kernel, or nil for batch
+// groups (only backward passes of grouped convolutions emit them), which
+// run in a segment.
+func convKernel(e *Engine, n *node) (kernel, []*value) {
+	a := n.attr.(convAttr)
+	if !allFloat32(n) || a.batchGroup > 1 {
+		return nil, nil
+	}
+	p := newConvPlan(n, a)
+	if k := n.in[1].n; k.konst != nil {
+		if flat, err := e.inner.BufferData(k.konst); err == nil {
+			w := p.packKernel(flat.([]float32))
+			return func(r *run, ins []backends.Buffer) ([]backends.Buffer, error) {
+				return p.run(r, ins[0], w)
+			}, n.in[:1]
+		}
+	}
+	return func(r *run, ins []backends.Buffer) ([]backends.Buffer, error) {
+		k, err := r.f32(ins[1])
+		if err != nil {
+			return nil, err
+		}
+		return p.run(r, ins[0], p.packKernel(k))
+	}, n.in
+}
+
+func newConvPlan(n *node, a convAttr) *convPlan {
+	in, ker, out := n.in[0].shape(), n.in[1].shape(), n.shapes[0]
+	ist, kst, ost := rowMajorStrides(in.Dimensions), rowMajorStrides(ker.Dimensions), rowMajorStrides(out.Dimensions)
+	ax := a.axes
+	p := &convPlan{batch: in.Dimensions[ax.InputBatch], groups: max(a.channelGroups, 1), out: out,
+		inB: ist[ax.InputBatch], inC: ist[ax.InputChannels], kO: kst[ax.KernelOutputChannels], kC: kst[ax.KernelInputChannels],
+		outB: ost[ax.OutputBatch], outC: ost[ax.OutputChannels], taps: 1, positions: 1}
+	p.cg = in.Dimensions[ax.InputChannels] / p.groups
+	p.og = out.Dimensions[ax.OutputChannels] / p.groups
+	for i := range ax.InputSpatial {
+		p.inSp = append(p.inSp, in.Dimensions[ax.InputSpatial[i]])
+		p.kSp = append(p.kSp, ker.Dimensions[ax.KernelSpatial[i]])
+		p.outSp = append(p.outSp, out.Dimensions[ax.OutputSpatial[i]])
+		p.inSt = append(p.inSt, ist[ax.InputSpatial[i]])
+		p.kSt = append(p.kSt, kst[ax.KernelSpatial[i]])
+		p.outSt = append(p.outSt, ost[ax.OutputSpatial[i]])
+		p.strides = append(p.strides, at(a.strides, i, 1))
+		p.kDil = append(p.kDil, at(a.kerDil, i, 1))
+		p.inDil = append(p.inDil, at(a.inDil, i, 1))
+		low := 0
+		if i < len(a.paddings) {
+			low = a.paddings[i][0]
+		}
+		p.pad = append(p.pad, low)
+		p.taps *= p.kSp[i]
+		p.positions *= p.outSp[i]
+	}
+	// The output positions of a channel are one contiguous run when the
+	// spatial axes are row-major and innermost.
+	p.contiguousOut = true
+	acc := 1
+	for i := len(p.outSp) - 1; i >= 0; i-- {
+		if p.outSt[i] != acc && p.outSp[i] > 1 {
+			p.contiguousOut = false
+		}
+		acc *= p.outSp[i]
+	}
+	return p
+}
+
+// packKernel lays the kernel out as [groups·Og][Cg·∏K], (c, tap) order.
+func (p *convPlan) packKernel(k []float32) []float32 {
+	row := p.cg * p.taps
+	w := make([]float32, p.groups*p.og*row)
+	taps := p.tapOffsets(p.kSt)
+	for o := range p.groups * p.og {
+		for c := range p.cg {
+			base := o*p.kO + c*p.kC
+			dst := w[o*row+c*p.taps:]
+			for t, off := range taps {
+				dst[t] = k[base+off]
+			}
+		}
+	}
+	return w
+}
+
+// tapOffsets returns, for each kernel position in row-major order, its
+// offset under strides st.
+func (p *convPlan) tapOffsets(st []int) []int {
+	offs := make([]int, p.taps)
+	idx := make([]int, len(p.kSp))
+	for t := range offs {
+		o := 0
+		for i, k := range idx {
+			o += k * st[i]
+		}
+		offs[t] = o
+		for i := len(idx) - 1; i >= 0; i-- {
+			if idx[i]++; idx[i] < p.kSp[i] {
+				break
+			}
+			idx[i] = 0
+		}
+	}
+	return offs
+}
+
+// chunk is the number of output positions whose patches are built at once.
+func (p *convPlan) chunk() int { return max(16, min(p.positions, (1<<19)/max(1, p.cg*p.taps*4))) }
+
+func (p *convPlan) run(r *run, x backends.Buffer, w []float32) ([]backends.Buffer, error) {
+	in, err := r.f32(x)
+	if err != nil {
+		return nil, err
+	}
+	ob, flat, err := r.alloc(p.out)
+	if err != nil {
+		return nil, err
+	}
+	out := flat.([]float32)
+	if p.positions == 0 || p.batch == 0 || p.og == 0 {
+		return []backends.Buffer{ob}, nil
+	}
+	if p.cg == 1 && p.og == 1 {
+		err = p.depthwise(in, w, out, r.threads)
+	} else {
+		err = p.im2col(in, w, out, r.threads)
+	}
+	if err != nil {
+		_ = r.x.e.inner.BufferFinalize(ob)
+		return nil, err
+	}
+	return []backends.Buffer{ob}, nil
+}
+
+// coord returns the input index of output position o, tap k on spatial
+// axis i, or -1 when it falls in padding or between dilated inputs.
+func (p *convPlan) coord(i, o, k int) int {
+	c := o*p.strides[i] - p.pad[i] + k*p.kDil[i]
+	if c < 0 || c%p.inDil[i] != 0 {
+		return -1
+	}
+	c /= p.inDil[i]
+	if c >= p.inSp[i] {
+		return -1
+	}
+	return c
+}
+
+// patch writes the Cg·∏K values output position pos of batch b, group g
+// reads into dst (0 for padding).
+func (p *convPlan) patch(dst, in []float32, b, g, pos int, oidx, kidx []int) {
+	rem := pos
+	for i := len(p.outSp) - 1; i >= 0; i-- {
+		oidx[i], rem = rem%p.outSp[i], rem/p.outSp[i]
+	}
+	clear(kidx)
+	base := b*p.inB + g*p.cg*p.inC
+	for t := range p.taps {
+		off, ok := base, true
+		for i, k := range kidx {
+			c := p.coord(i, oidx[i], k)
+			if c < 0 {
+				ok = false
+				break
+			}
+			off += c * p.inSt[i]
+		}
+		for c := range p.cg {
+			v := float32(0)
+			if ok {
+				v = in[off+c*p.inC]
+			}
+			dst[c*p.taps+t] = v
+		}
+		for i := len(kidx) - 1; i >= 0; i-- {
+			if kidx[i]++; kidx[i] < p.kSp[i] {
+				break
+			}
+			kidx[i] = 0
+		}
+	}
+}
+
+// im2col computes each (batch, group, chunk of positions) as a product of
+// the group's kernel rows by the chunk's patches.
+func (p *convPlan) im2col(in, w, out []float32, threads int) error {
+	row, ch := p.cg*p.taps, p.chunk()
+	cols := getF32(ch * row)
+	defer putF32(cols)
+	var tmp *[]float32
+	if !p.contiguousOut {
+		tmp = getF32(p.og * ch)
+		defer putF32(tmp)
+	}
+	oidx, kidx := make([]int, len(p.outSp)), make([]int, len(p.kSp))
+	for b := range p.batch {
+		for g := range p.groups {
+			for p0 := 0; p0 < p.positions; p0 += ch {
+				n := min(ch, p.positions-p0)
+				c := (*cols)[:n*row]
+				if err := parallel.For(n, 64, threads, func(lo, hi int) {
+					oi, ki := make([]int, len(oidx)), make([]int, len(kidx))
+					for q := lo; q < hi; q++ {
+						p.patch(c[q*row:(q+1)*row], in, b, g, p0+q, oi, ki)
+					}
+				}); err != nil {
+					return err
+				}
+				wg := gemm.Matrix{Data: w[g*p.og*row:], RowStride: row, ColStride: 1}
+				patches := gemm.Matrix{Data: c, RowStride: 1, ColStride: row}
+				if p.contiguousOut {
+					dst := out[b*p.outB+g*p.og*p.outC+p0:]
+					if err := gemm.Sgemm(p.og, n, row, wg, patches, dst, p.outC, false, threads); err != nil {
+						return err
+					}
+					continue
+				}
+				t := (*tmp)[:p.og*n]
+				if err := gemm.Sgemm(p.og, n, row, wg, patches, t, n, false, threads); err != nil {
+					return err
+				}
+				p.scatter(out, t, b, g, p0, n, oidx)
+			}
+		}
+	}
+	return nil
+}
+
+// scatter writes a [Og, n] tile of positions p0.. to a non-contiguous
+// output layout.
+func (p *convPlan) scatter(out, t []float32, b, g, p0, n int, oidx []int) {
+	for q := range n {
+		rem := p0 + q
+		off := b*p.outB + g*p.og*p.outC
+		for i := len(p.outSp) - 1; i >= 0; i-- {
+			oidx[i], rem = rem%p.outSp[i], rem/p.outSp[i]
+			off += oidx[i] * p.outSt[i]
+		}
+		for o := range p.og {
+			out[off+o*p.outC] = t[o*n+q]
+		}
+	}
+}
+
+// depthwise convolves each channel by its own taps, directly.
+func (p *convPlan) depthwise(in, w, out []float32, threads int) error {
+	return parallel.For(p.batch*p.groups, 1, threads, func(lo, hi int) {
+		patch := make([]float32, p.taps)
+		oidx, kidx := make([]int, len(p.outSp)), make([]int, len(p.kSp))
+		for bg := lo; bg < hi; bg++ {
+			b, g := bg/p.groups, bg%p.groups
+			wg := w[g*p.taps : (g+1)*p.taps]
+			for pos := range p.positions {
+				p.patch(patch, in, b, g, pos, oidx, kidx)
+				var s float32
+				for t, v := range patch {
+					s += wg[t] * v
+				}
+				off := b*p.outB + g*p.outC
+				for i, o := range oidx {
+					off += o * p.outSt[i]
+				}
+				out[off] = s
+			}
+		}
+	})
+}

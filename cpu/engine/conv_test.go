@@ -1,0 +1,97 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+)
+
+// convCase is one ConvGeneral configuration, NCHW input and OIHW kernel
+// unless nhwc (NHWC input and output, HWIO kernel).
+type convCase struct {
+	name              string
+	n, c, h, w, o, k  int
+	stride, pad, dil  int
+	groups            int
+	nhwc, constKernel bool
+	inDil, padHigh    int // input dilation (transposed convolution; 0 means 1) and a different high padding (0: pad)
+}
+
+var convCases = []convCase{
+	{"3x3 pad 1", 1, 8, 9, 9, 16, 3, 1, 1, 1, 1, false, true, 0, 0},
+	{"3x3 stride 2 batch 2", 2, 4, 11, 10, 6, 3, 2, 1, 1, 1, false, false, 0, 0},
+	{"7x7 stride 2 pad 3", 1, 3, 20, 20, 8, 7, 2, 3, 1, 1, false, true, 0, 0},
+	{"1x1", 1, 32, 7, 7, 24, 1, 1, 0, 1, 1, false, true, 0, 0},
+	{"dilated", 1, 4, 12, 12, 4, 3, 1, 2, 2, 1, false, false, 0, 0},
+	{"grouped", 2, 8, 6, 6, 12, 3, 1, 1, 1, 4, false, true, 0, 0},
+	{"depthwise", 1, 16, 10, 10, 16, 3, 1, 1, 1, 16, false, true, 0, 0},
+	{"depthwise multiplier 2, stride 2", 1, 8, 9, 9, 16, 3, 2, 1, 1, 8, false, false, 0, 0},
+	{"nhwc", 1, 5, 8, 8, 7, 3, 1, 1, 1, 1, true, true, 0, 0},
+	{"input dilation (transposed)", 1, 3, 5, 5, 4, 3, 1, 2, 1, 1, false, true, 2, 0},
+	{"asymmetric and negative padding", 1, 3, 9, 9, 4, 3, 2, 2, 1, 1, false, false, 0, -1},
+}
+
+// TestConvMatchesSimplego runs every case on both engines (fault injected
+// once: treating positions between dilated inputs as inputs fails the
+// input-dilation case).
+func TestConvMatchesSimplego(t *testing.T) {
+	e, oracle := newPair(t)
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, c := range convCases {
+		t.Run(c.name, func(t *testing.T) {
+			in := []int{c.n, c.c, c.h, c.w}
+			ker := []int{c.o, c.c / c.groups, c.k, c.k}
+			axes := backends.ConvolveAxesConfig{InputBatch: 0, InputChannels: 1, InputSpatial: []int{2, 3},
+				KernelOutputChannels: 0, KernelInputChannels: 1, KernelSpatial: []int{2, 3},
+				OutputBatch: 0, OutputChannels: 1, OutputSpatial: []int{2, 3}}
+			if c.nhwc {
+				in, ker = []int{c.n, c.h, c.w, c.c}, []int{c.k, c.k, c.c / c.groups, c.o}
+				axes = backends.ConvolveAxesConfig{InputBatch: 0, InputChannels: 3, InputSpatial: []int{1, 2},
+					KernelOutputChannels: 3, KernelInputChannels: 2, KernelSpatial: []int{0, 1},
+					OutputBatch: 0, OutputChannels: 3, OutputSpatial: []int{1, 2}}
+			}
+			ins := []shapes.Shape{shapes.Make(dtypes.Float32, in...)}
+			kv := randF32(rng, shapes.Make(dtypes.Float32, ker...).Size())
+			vals := []any{randF32(rng, ins[0].Size())}
+			if !c.constKernel {
+				ins = append(ins, shapes.Make(dtypes.Float32, ker...))
+				vals = append(vals, kv)
+			}
+			fn := func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+				k := backends.Op(nil)
+				if c.constKernel {
+					var err error
+					if k, err = b.Constant(kv, ker...); err != nil {
+						return nil, err
+					}
+				} else {
+					k = p[1]
+				}
+				hi := c.pad
+				if c.padHigh != 0 {
+					hi = c.padHigh
+				}
+				pads := [][2]int{{c.pad, hi}, {c.pad, hi}}
+				var inDil []int
+				if c.inDil > 1 {
+					inDil = []int{c.inDil, c.inDil}
+				}
+				o, err := b.ConvGeneral(p[0], k, axes, []int{c.stride, c.stride}, pads, inDil, []int{c.dil, c.dil}, c.groups, 1)
+				return []backends.Op{o}, err
+			}
+			steps := planOf(t, e, ins, fn)
+			if len(steps) != 1 || steps[0].seg != nil {
+				t.Fatalf("planned as %d steps, want one native convolution", len(steps))
+			}
+			got := runGraph(t, e, ins, vals, fn)
+			want := runGraph(t, oracle, ins, vals, fn)
+			terms := float64(c.c / c.groups * c.k * c.k)
+			closeF32(t, fmt.Sprint(c.name), got[0].([]float32), want[0].([]float32), dotTol, math.Sqrt(terms))
+		})
+	}
+}
