@@ -30,6 +30,10 @@ type convPlan struct {
 	out                       shapes.Shape
 	taps, positions           int // ∏K and ∏ output spatial
 	contiguousOut             bool
+	// tapMajor: two spatial axes, no input dilation, not depthwise: patches
+	// are laid out (tap, channel) and read from a channels-last copy of
+	// the input, a run of Cg channels per tap.
+	tapMajor bool
 }
 
 // convKernel returns the float32 ConvGeneral kernel, or nil for batch
@@ -85,6 +89,7 @@ func newConvPlan(n *node, a convAttr) *convPlan {
 		p.taps *= p.kSp[i]
 		p.positions *= p.outSp[i]
 	}
+	p.tapMajor = len(p.outSp) == 2 && p.inDil[0] == 1 && p.inDil[1] == 1 && !(p.cg == 1 && p.og == 1)
 	// The output positions of a channel are one contiguous run when the
 	// spatial axes are row-major and innermost.
 	p.contiguousOut = true
@@ -106,9 +111,12 @@ func (p *convPlan) packKernel(k []float32) []float32 {
 	for o := range p.groups * p.og {
 		for c := range p.cg {
 			base := o*p.kO + c*p.kC
-			dst := w[o*row+c*p.taps:]
 			for t, off := range taps {
-				dst[t] = k[base+off]
+				if p.tapMajor {
+					w[o*row+t*p.cg+c] = k[base+off]
+				} else {
+					w[o*row+c*p.taps+t] = k[base+off]
+				}
 			}
 		}
 	}
@@ -181,6 +189,10 @@ func (p *convPlan) coord(i, o, k int) int {
 // patch writes the Cg·∏K values output position pos of batch b, group g
 // reads into dst (0 for padding).
 func (p *convPlan) patch(dst, in []float32, b, g, pos int, oidx, kidx []int) {
+	if len(p.outSp) == 2 && p.inDil[0] == 1 && p.inDil[1] == 1 {
+		p.patch2D(dst, in, b, g, pos)
+		return
+	}
 	rem := pos
 	for i := len(p.outSp) - 1; i >= 0; i-- {
 		oidx[i], rem = rem%p.outSp[i], rem/p.outSp[i]
@@ -213,6 +225,69 @@ func (p *convPlan) patch(dst, in []float32, b, g, pos int, oidx, kidx []int) {
 	}
 }
 
+// channelsLast copies one batch element of the input (channel stride inC,
+// spatial strides inSt) to dst as [H][W][C].
+func (p *convPlan) channelsLast(dst, in []float32, threads int) {
+	h, w, ch := p.inSp[0], p.inSp[1], p.cg*p.groups
+	_ = parallel.For(h, 1, threads, func(lo, hi int) {
+		for y := lo; y < hi; y++ {
+			for c := range ch {
+				src := in[c*p.inC+y*p.inSt[0]:]
+				row := dst[y*w*ch+c:]
+				for x := range w {
+					row[x*ch] = src[x*p.inSt[1]]
+				}
+			}
+		}
+	})
+}
+
+// patchTaps writes the patch of output position pos as (tap, channel):
+// per tap, the Cg channels at that input pixel of a channels-last view
+// (pixel strides pix, channel stride 1, group offset base), or zeros.
+func (p *convPlan) patchTaps(dst, src []float32, base int, pix []int, pos int) {
+	oh, ow := pos/p.outSp[1], pos%p.outSp[1]
+	kw := p.kSp[1]
+	for y := range p.kSp[0] {
+		ih := oh*p.strides[0] - p.pad[0] + y*p.kDil[0]
+		rowOK := ih >= 0 && ih < p.inSp[0]
+		for x := range kw {
+			iw := ow*p.strides[1] - p.pad[1] + x*p.kDil[1]
+			d := dst[(y*kw+x)*p.cg : (y*kw+x+1)*p.cg]
+			if !rowOK || iw < 0 || iw >= p.inSp[1] {
+				clear(d)
+				continue
+			}
+			copy(d, src[base+ih*pix[0]+iw*pix[1]:])
+		}
+	}
+}
+
+// patch2D is patch for two spatial axes without input dilation.
+func (p *convPlan) patch2D(dst, in []float32, b, g, pos int) {
+	oh, ow := pos/p.outSp[1], pos%p.outSp[1]
+	kh, kw := p.kSp[0], p.kSp[1]
+	base := b*p.inB + g*p.cg*p.inC
+	for y := range kh {
+		ih := oh*p.strides[0] - p.pad[0] + y*p.kDil[0]
+		rowOK := ih >= 0 && ih < p.inSp[0]
+		for x := range kw {
+			iw := ow*p.strides[1] - p.pad[1] + x*p.kDil[1]
+			t := y*kw + x
+			if !rowOK || iw < 0 || iw >= p.inSp[1] {
+				for c := range p.cg {
+					dst[c*p.taps+t] = 0
+				}
+				continue
+			}
+			src := in[base+ih*p.inSt[0]+iw*p.inSt[1]:]
+			for c := range p.cg {
+				dst[c*p.taps+t] = src[c*p.inC]
+			}
+		}
+	}
+}
+
 // im2col computes each (batch, group, chunk of positions) as a product of
 // the group's kernel rows by the chunk's patches.
 func (p *convPlan) im2col(in, w, out []float32, threads int) error {
@@ -225,7 +300,17 @@ func (p *convPlan) im2col(in, w, out []float32, threads int) error {
 		defer putF32(tmp)
 	}
 	oidx, kidx := make([]int, len(p.outSp)), make([]int, len(p.kSp))
+	var nhwc *[]float32
+	if p.tapMajor && p.inC != 1 {
+		nhwc = getF32(p.inSp[0] * p.inSp[1] * p.cg * p.groups)
+		defer putF32(nhwc)
+	}
 	for b := range p.batch {
+		src, pix, base := in, p.inSt, b*p.inB // channels-last view of batch b
+		if nhwc != nil {
+			p.channelsLast(*nhwc, in[b*p.inB:], threads)
+			src, pix, base = *nhwc, []int{p.inSp[1] * p.cg * p.groups, p.cg * p.groups}, 0
+		}
 		for g := range p.groups {
 			for p0 := 0; p0 < p.positions; p0 += ch {
 				n := min(ch, p.positions-p0)
@@ -233,7 +318,11 @@ func (p *convPlan) im2col(in, w, out []float32, threads int) error {
 				if err := parallel.For(n, 64, threads, func(lo, hi int) {
 					oi, ki := make([]int, len(oidx)), make([]int, len(kidx))
 					for q := lo; q < hi; q++ {
-						p.patch(c[q*row:(q+1)*row], in, b, g, p0+q, oi, ki)
+						if p.tapMajor {
+							p.patchTaps(c[q*row:(q+1)*row], src, base+g*p.cg, pix, p0+q)
+						} else {
+							p.patch(c[q*row:(q+1)*row], in, b, g, p0+q, oi, ki)
+						}
 					}
 				}); err != nil {
 					return err
@@ -274,8 +363,63 @@ func (p *convPlan) scatter(out, t []float32, b, g, p0, n int, oidx []int) {
 	}
 }
 
+// depthwise2D convolves one channel plane (two spatial axes, no input
+// dilation) row by row: per tap, a run of outputs accumulates the tap
+// times a strided run of the input row, in the taps' row-major order (the
+// order of the generic loop).
+func (p *convPlan) depthwise2D(in, wg, out []float32, inBase, outBase int, acc []float32) {
+	oh, ow := p.outSp[0], p.outSp[1]
+	for y := range oh {
+		clear(acc)
+		for ky := range p.kSp[0] {
+			ih := y*p.strides[0] - p.pad[0] + ky*p.kDil[0]
+			if ih < 0 || ih >= p.inSp[0] {
+				continue
+			}
+			row := in[inBase+ih*p.inSt[0]:]
+			for kx := range p.kSp[1] {
+				wt := wg[ky*p.kSp[1]+kx]
+				off := kx*p.kDil[1] - p.pad[1]
+				lo, hi := rangeInside(off, p.strides[1], p.inSp[1], ow)
+				for x := lo; x < hi; x++ {
+					acc[x] += wt * row[(x*p.strides[1]+off)*p.inSt[1]]
+				}
+			}
+		}
+		dst := outBase + y*p.outSt[0]
+		for x, v := range acc {
+			out[dst+x*p.outSt[1]] = v
+		}
+	}
+}
+
+// rangeInside returns the outputs x in [0, n) whose input x·stride+off
+// lies in [0, size).
+func rangeInside(off, stride, size, n int) (lo, hi int) {
+	lo = 0
+	if off < 0 {
+		lo = (-off + stride - 1) / stride
+	}
+	hi = n
+	if last := size - 1 - off; last < 0 {
+		hi = 0
+	} else {
+		hi = min(n, last/stride+1)
+	}
+	return min(lo, hi), hi
+}
+
 // depthwise convolves each channel by its own taps, directly.
 func (p *convPlan) depthwise(in, w, out []float32, threads int) error {
+	if len(p.outSp) == 2 && p.inDil[0] == 1 && p.inDil[1] == 1 {
+		return parallel.For(p.batch*p.groups, 1, threads, func(lo, hi int) {
+			acc := make([]float32, p.outSp[1])
+			for bg := lo; bg < hi; bg++ {
+				b, g := bg/p.groups, bg%p.groups
+				p.depthwise2D(in, w[g*p.taps:(g+1)*p.taps], out, b*p.inB+g*p.inC, b*p.outB+g*p.outC, acc)
+			}
+		})
+	}
 	return parallel.For(p.batch*p.groups, 1, threads, func(lo, hi int) {
 		patch := make([]float32, p.taps)
 		oidx, kidx := make([]int, len(p.outSp)), make([]int, len(p.kSp))
@@ -288,9 +432,10 @@ func (p *convPlan) depthwise(in, w, out []float32, threads int) error {
 				for t, v := range patch {
 					s += wg[t] * v
 				}
-				off := b*p.outB + g*p.outC
-				for i, o := range oidx {
-					off += o * p.outSt[i]
+				off, rem := b*p.outB+g*p.outC, pos
+				for i := len(p.outSp) - 1; i >= 0; i-- {
+					off += rem % p.outSp[i] * p.outSt[i]
+					rem /= p.outSp[i]
 				}
 				out[off] = s
 			}

@@ -95,3 +95,34 @@ func TestConvMatchesSimplego(t *testing.T) {
 		})
 	}
 }
+
+// TestReduceWindowExact: max, min and sum pooling with strides, padding
+// and window dilations equal simplego's bit for bit (same window order).
+func TestReduceWindowExact(t *testing.T) {
+	e, oracle := newPair(t)
+	rng := rand.New(rand.NewPCG(13, 14))
+	s := shapes.Make(dtypes.Float32, 2, 3, 9, 8)
+	v := randF32(rng, s.Size())
+	v[5] = float32(math.NaN())
+	for _, red := range []backends.ReduceOpType{backends.ReduceOpMax, backends.ReduceOpMin, backends.ReduceOpSum} {
+		for _, c := range []struct {
+			win, str, dil []int
+			pad           [][2]int
+		}{
+			{[]int{1, 1, 3, 3}, []int{1, 1, 2, 2}, nil, [][2]int{{0, 0}, {0, 0}, {1, 1}, {1, 1}}},
+			{[]int{1, 1, 2, 2}, []int{1, 1, 2, 2}, nil, nil},
+			{[]int{1, 2, 3, 2}, []int{1, 1, 1, 3}, []int{1, 1, 2, 1}, [][2]int{{0, 0}, {0, 1}, {2, 0}, {0, 0}}},
+		} {
+			t.Run(fmt.Sprint(red, c.win, c.str), func(t *testing.T) {
+				fn := func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+					o, err := b.ReduceWindow(p[0], red, c.win, c.str, nil, c.dil, c.pad)
+					return []backends.Op{o}, err
+				}
+				if steps := planOf(t, e, []shapes.Shape{s}, fn); len(steps) != 1 || steps[0].seg != nil {
+					t.Fatal("ReduceWindow not native")
+				}
+				bitsEqual(t, runGraph(t, e, []shapes.Shape{s}, []any{v}, fn), runGraph(t, oracle, []shapes.Shape{s}, []any{v}, fn))
+			})
+		}
+	}
+}

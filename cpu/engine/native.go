@@ -20,6 +20,8 @@ func nativeKernel(e *Engine, n *node) (kernel, []*value) {
 		return dotKernel(e, n)
 	case backends.OpTypeConvGeneral:
 		return convKernel(e, n)
+	case backends.OpTypeReduceWindow:
+		return windowKernel(n), n.in
 	case backends.OpTypeGather:
 		return gatherKernel(n), n.in
 	case backends.OpTypeSlice:
