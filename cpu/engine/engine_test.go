@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
@@ -456,5 +457,64 @@ func TestFoldedReshapeOfConstant(t *testing.T) {
 	closeF32(t, "folded", runGraph(t, e, ins, vals, fn)[0].([]float32), runGraph(t, oracle, ins, vals, fn)[0].([]float32), dotTol, 2)
 	if steps := planOf(t, e, ins, fn); len(steps) != 1 {
 		t.Fatalf("%d steps, want the product alone (Reshape and Transpose of a constant folded)", len(steps))
+	}
+}
+
+// TestConcurrentRuns: one executable run from 8 goroutines at once, each
+// with its own inputs, gives each its own answer (the run state is per
+// call; serve replicas share executables).
+func TestConcurrentRuns(t *testing.T) {
+	e, oracle := newPair(t)
+	ins, fn := mlpGraph(2)
+	b := e.Builder("mlp")
+	x, _ := b.Parameter("x", ins[0], nil)
+	outs, err := fn(b, []backends.Op{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := b.Compile(outs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Finalize()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 9))
+			for range 20 {
+				v := randF32(rng, ins[0].Size())
+				_, wfn := mlpGraph(2) // the same constants: mlpGraph's generator is seeded
+				want, err := tryGraph(oracle, ins, []any{v}, nil, wfn)
+				if err != nil {
+					errs <- err
+					return
+				}
+				buf, _ := e.BufferFromFlatData(0, v, ins[0])
+				res, err := exe.Execute([]backends.Buffer{buf}, []bool{true}, 0)
+				if err != nil {
+					errs <- err
+					return
+				}
+				got, _ := toFlat(e, res)
+				scale := 0.0 // the outputs' magnitude: sums of large terms cancel to small values
+				for _, w := range want[0].([]float32) {
+					scale = max(scale, math.Abs(float64(w)))
+				}
+				for i, w := range want[0].([]float32) {
+					if d := math.Abs(float64(got[0].([]float32)[i] - w)); d > 1e-5*scale {
+						errs <- fmt.Errorf("goroutine %d: element %d = %g, want %g", g, i, got[0].([]float32)[i], w)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }

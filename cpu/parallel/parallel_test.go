@@ -1,0 +1,43 @@
+package parallel
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+)
+
+// TestForCoversOnce: every index is visited exactly once, for any split.
+func TestForCoversOnce(t *testing.T) {
+	for _, c := range []struct{ n, grain, threads int }{{0, 1, 4}, {1, 1, 4}, {10, 3, 4}, {1000, 1, 3}, {7, 100, 8}} {
+		seen := make([]atomic.Int32, c.n)
+		if err := For(c.n, c.grain, c.threads, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				seen[i].Add(1)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range seen {
+			if seen[i].Load() != 1 {
+				t.Fatalf("%+v: index %d visited %d times", c, i, seen[i].Load())
+			}
+		}
+	}
+}
+
+// TestForRecoversWorkerPanic: a panic in a worker goroutine is the call's
+// *PanicError, and the process goes on.
+func TestForRecoversWorkerPanic(t *testing.T) {
+	err := For(100, 1, 4, func(lo, hi int) {
+		if lo > 0 {
+			panic("injected in a worker")
+		}
+	})
+	var pe *PanicError
+	if !errors.As(err, &pe) || pe.Value != "injected in a worker" {
+		t.Fatalf("got %v, want the worker's panic", err)
+	}
+	if err := Run(func() { var m map[int]int; m[1] = 1 }); !errors.As(err, &pe) {
+		t.Fatalf("Run: got %v", err)
+	}
+}
