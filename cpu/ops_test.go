@@ -2,10 +2,13 @@ package cpu
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 )
@@ -165,5 +168,38 @@ func TestComposedSelectAndScatter(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPadNothingNextToOtherInputs: a Pad of nothing returns its input
+// unchanged; in a segment whose only output is then one of its inputs,
+// simplego fails with an index out of range (found by the cnn_ce
+// training reference test), so the engine copies the input itself.
+func TestPadNothingNextToOtherInputs(t *testing.T) {
+	eng := openEngine(t)
+	b := eng.Builder("pad nothing")
+	x, _ := b.Parameter("x", shapes.Make(dtypes.Int32, 2, 3), nil)
+	fill, _ := b.Parameter("fill", shapes.Make(dtypes.Int32), nil)
+	o, err := b.Pad(x, fill, backends.PadAxis{}, backends.PadAxis{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := b.Compile([]backends.Op{o}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Finalize()
+	bx, _ := eng.BufferFromFlatData(0, []int32{1, 2, 3, 4, 5, 6}, shapes.Make(dtypes.Int32, 2, 3))
+	bf, _ := eng.BufferFromFlatData(0, []int32{9}, shapes.Make(dtypes.Int32))
+	res, err := exe.Execute([]backends.Buffer{bx, bf}, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]int32, 6)
+	if err := eng.BufferToFlatData(res[0], got); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != "[1 2 3 4 5 6]" {
+		t.Fatalf("got %v", got)
 	}
 }

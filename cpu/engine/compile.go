@@ -399,6 +399,10 @@ func (c *compiler) flush() error {
 		}
 		names = append(names, n.op.String())
 	}
+	params := map[backends.Op]int{} // the segment's parameters, by input position
+	for j, sl := range st.ins {
+		params[ops[sl]] = j
+	}
 	var segOuts []backends.Op
 	for _, n := range nodes {
 		for _, s := range c.outSlots(n) {
@@ -406,6 +410,13 @@ func (c *compiler) flush() error {
 				continue
 			}
 			st.outs = append(st.outs, s)
+			if j, ok := params[ops[s]]; ok {
+				// The op returned its input unchanged (a Pad of nothing):
+				// the run copies the input; simplego would fail on a
+				// program whose outputs are all parameters.
+				st.outIndex = append(st.outIndex, -1-j)
+				continue
+			}
 			dup := slices.Index(segOuts, ops[s])
 			if dup < 0 {
 				segOuts = append(segOuts, ops[s])
@@ -414,13 +425,35 @@ func (c *compiler) flush() error {
 			st.outIndex = append(st.outIndex, dup)
 		}
 	}
+	st.name = "[" + strings.Join(names, " ") + "]"
+	if len(segOuts) == 0 {
+		st.native = copyInputs(st.outIndex)
+		c.p.steps = append(c.p.steps, st)
+		return nil
+	}
 	exe, err := sb.Compile(segOuts, nil)
 	if err != nil {
 		return fmt.Errorf("compiling segment [%s]: %w", strings.Join(names, " "), err)
 	}
-	st.seg, st.name = exe, "["+strings.Join(names, " ")+"]"
+	st.seg = exe
 	c.p.steps = append(c.p.steps, st)
 	return nil
+}
+
+// copyInputs is the kernel of a segment all of whose outputs are copies of
+// its inputs (outIndex entries -1-j).
+func copyInputs(outIndex []int) kernel {
+	return func(r *run, ins []backends.Buffer) ([]backends.Buffer, error) {
+		res := make([]backends.Buffer, len(outIndex))
+		for i, k := range outIndex {
+			c, err := r.clone(ins[-1-k])
+			if err != nil {
+				return nil, err
+			}
+			res[i] = c
+		}
+		return res, nil
+	}
 }
 
 // usedOutside reports whether slot s is read by a node outside seg or is

@@ -518,3 +518,4 @@ func TestConcurrentRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+

@@ -211,6 +211,16 @@ func (r *run) segment(i int, st *step, ins []backends.Buffer) (outs []backends.B
 		sl := &r.x.p.slots[s]
 		donate[j] = r.owned[s] && sl.lastUse == i && !sl.output
 	}
+	res := make([]backends.Buffer, len(st.outs))
+	for j, k := range st.outIndex {
+		if k < 0 { // a copy of input -1-k, taken before the segment may reuse it
+			c, err := r.clone(ins[-1-k])
+			if err != nil {
+				return nil, err
+			}
+			res[j] = c
+		}
+	}
 	var serr error
 	if err = parallel.Run(func() { outs, serr = st.seg.Execute(ins, donate, 0) }); err == nil {
 		err = serr
@@ -223,9 +233,11 @@ func (r *run) segment(i int, st *step, ins []backends.Buffer) (outs []backends.B
 			r.bufs[s], r.owned[s] = nil, false // the segment took it
 		}
 	}
-	res := make([]backends.Buffer, len(st.outs))
 	taken := make([]bool, len(outs))
 	for j, k := range st.outIndex {
+		if k < 0 {
+			continue
+		}
 		if !taken[k] {
 			res[j], taken[k] = outs[k], true
 			continue
