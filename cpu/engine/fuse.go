@@ -64,10 +64,11 @@ func cmp(f func(x, y float32) bool) func(d, a, b []float32) {
 	return func(d, a, b []float32) {
 		a, b = a[:len(d)], b[:len(d)]
 		for i := range d {
-			d[i] = 0
+			var v float32
 			if f(a[i], b[i]) {
-				d[i] = 1
+				v = 1
 			}
+			d[i] = v
 		}
 	}
 }
@@ -77,10 +78,11 @@ func cmp(f func(x, y float32) bool) func(d, a, b []float32) {
 // holding 1 or 0 already.
 func toBool(d, a []float32) {
 	for i, x := range a[:len(d)] {
-		d[i] = 0
+		var v float32 // a conditional move, not an unpredictable branch
 		if x != 0 {
-			d[i] = 1
+			v = 1
 		}
+		d[i] = v
 	}
 }
 
@@ -90,11 +92,11 @@ func copyReg(d, a []float32) { copy(d, a[:len(d)]) }
 func where(d, c, a, b []float32) {
 	c, a, b = c[:len(d)], a[:len(d)], b[:len(d)]
 	for i := range d {
+		v := b[i] // a conditional move, not an unpredictable branch
 		if c[i] != 0 {
-			d[i] = a[i]
-		} else {
-			d[i] = b[i]
+			v = a[i]
 		}
+		d[i] = v
 	}
 }
 
@@ -386,10 +388,11 @@ func (ld *fusedLoad) read(src any, idx []int, n int, buf []float32) []float32 {
 	buf = buf[:n]
 	if b, ok := src.([]bool); ok {
 		for i := range buf {
-			buf[i] = 0
+			var v float32
 			if b[o+i*s] {
-				buf[i] = 1
+				v = 1
 			}
+			buf[i] = v
 		}
 		return buf
 	}
