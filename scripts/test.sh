@@ -21,14 +21,14 @@ echo "== go test (all packages; portable API on cpu)"
 CGO_ENABLED=0 go test -timeout 40m "$@" ./...
 echo "== go test (portable API on xla-cpu)"
 TENSORBRIDGE_TEST_BACKEND=xla-cpu CGO_ENABLED=0 go test -count=1 -timeout 20m "$@" .
-echo "== go test -race (runtime concurrency: root, cache, pjrt, internal/capi)"
+echo "== go test -race (runtime concurrency: root, cache, pjrt, internal/capi, cpu engine)"
 # The race detector needs cgo; the code under test does not. The root's
 # model-level tests are slow under the detector, so it runs the ones about
 # concurrency, ownership and shutdown there, and everything elsewhere.
 race_root='Concurrent|Close|Closed|Compile|Timeout|Leaves|Bucket|Warmup|DiskCache|RunRejects|Options|WithoutHome'
 CGO_ENABLED=1 go test -race -short -count=1 -timeout 20m -run "$race_root" "$@" .
 TENSORBRIDGE_TEST_BACKEND=xla-cpu CGO_ENABLED=1 go test -race -short -count=1 -timeout 20m -run "$race_root" "$@" .
-CGO_ENABLED=1 go test -race -short -count=1 -timeout 20m "$@" ./cache ./pjrt ./internal/capi
+CGO_ENABLED=1 go test -race -short -count=1 -timeout 20m "$@" ./cache ./pjrt ./internal/capi ./cpu/...
 echo "== plan: 7B and 70B decoders on v5e, v5p and v6e slices (libtpu, no TPU; a few minutes)"
 TB_PLAN_LARGE=1 CGO_ENABLED=0 go test -count=1 -timeout 20m -run TestPlanLlama "$@" ./plan/
 echo "== serve e2e (tritonclient over HTTP and gRPC)"; scripts/serve-e2e.sh

@@ -114,6 +114,31 @@ func (b *Builder) record(op backends.OpType, attr any, replay replayFn, ins ...b
 	return res, nil
 }
 
+// recordShaped records a single-output op the inner engine's builder does
+// not have (so it cannot infer its shape): the caller has checked the
+// arguments and gives the output shape; the shadow holds a parameter of
+// that shape in its place, so later ops infer theirs.
+func (b *Builder) recordShaped(op backends.OpType, out shapes.Shape, replay replayFn, ins ...backends.Op) (backends.Op, error) {
+	if b.compiled {
+		return nil, fmt.Errorf("%s: computation %q is already compiled", op, b.name)
+	}
+	n := &node{id: len(b.nodes), op: op, replay: replay, param: -1, shapes: []shapes.Shape{out}}
+	for _, in := range ins {
+		v, err := b.val(op.String(), in)
+		if err != nil {
+			return nil, err
+		}
+		n.in = append(n.in, v)
+	}
+	sh, err := b.shadow.Parameter(fmt.Sprintf("#%s%d", op, n.id), out, nil)
+	if err != nil {
+		return nil, err
+	}
+	n.shadow = []backends.Op{sh}
+	b.nodes = append(b.nodes, n)
+	return &value{n: n, b: b}, nil
+}
+
 // one records a single-output op.
 func (b *Builder) one(op backends.OpType, attr any, f func(t backends.Builder, in []backends.Op) (backends.Op, error), ins ...backends.Op) (backends.Op, error) {
 	outs, err := b.record(op, attr, func(t backends.Builder, in []backends.Op) ([]backends.Op, error) {

@@ -518,4 +518,3 @@ func TestConcurrentRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
@@ -80,9 +81,12 @@ func (x *Executable) Inputs() ([]string, []shapes.Shape) {
 // Outputs returns the outputs' shapes.
 func (x *Executable) Outputs() []shapes.Shape { return slices.Clone(x.outShapes) }
 
+var debugStep = func(string, time.Duration) {}
+
 // run is the state of one Execute, reused by later ones (runs).
 type run struct {
 	x       *Executable
+	cur     int // the step running
 	bufs    []backends.Buffer
 	owned   []bool
 	ins     []backends.Buffer // a step's inputs
@@ -137,7 +141,10 @@ func (x *Executable) Execute(inputs []backends.Buffer, donate []bool, _ backends
 		}
 	}
 	for i := range x.p.steps {
-		if err := r.step(i); err != nil {
+		t0 := time.Now()
+		err := r.step(i)
+		debugStep(x.p.steps[i].name, time.Since(t0))
+		if err != nil {
 			r.releaseAll()
 			return nil, err
 		}
@@ -172,6 +179,7 @@ func (x *Executable) checkInputs(inputs []backends.Buffer, donate []bool) error 
 // step runs step i and releases the buffers it read last.
 func (r *run) step(i int) (err error) {
 	st := &r.x.p.steps[i]
+	r.cur = i
 	ins := r.ins[:len(st.ins)]
 	for j, s := range st.ins {
 		ins[j] = r.bufs[s]
@@ -247,6 +255,26 @@ func (r *run) segment(i int, st *step, ins []backends.Buffer) (outs []backends.B
 		}
 	}
 	return res, nil
+}
+
+// take gives the running native step input j's buffer to keep (to write
+// its output in place) when the run owns it and this step reads it last;
+// otherwise it returns nil and the step must not write into the input.
+func (r *run) take(j int) backends.Buffer {
+	st := &r.x.p.steps[r.cur]
+	s := st.ins[j]
+	sl := &r.x.p.slots[s]
+	if !r.owned[s] || sl.lastUse != r.cur || sl.output {
+		return nil
+	}
+	for k, o := range st.ins {
+		if o == s && k != j {
+			return nil // read twice by this step
+		}
+	}
+	b := r.bufs[s]
+	r.bufs[s], r.owned[s] = nil, false
+	return b
 }
 
 // free returns slot s's buffer to the pool when the run owns it.

@@ -385,3 +385,40 @@ func TestGatherExact(t *testing.T) {
 		})
 	}
 }
+
+// TestDynamicSlices: DynamicSlice and DynamicUpdateSlice (which simplego
+// lacks) against hand-computed results, starts clamped as XLA clamps them;
+// an update of a value read again afterwards must not change that read.
+func TestDynamicSlices(t *testing.T) {
+	e, _ := newPair(t)
+	ins := []shapes.Shape{shapes.Make(dtypes.Int32, 3, 4), shapes.Make(dtypes.Int32, 2, 2), shapes.Make(dtypes.Int32), shapes.Make(dtypes.Int32)}
+	fn := func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+		ds, err := b.DynamicSlice(p[0], []backends.Op{p[2], p[3]}, []int{2, 2})
+		if err != nil {
+			return nil, err
+		}
+		up, err := b.DynamicUpdateSlice(p[0], p[1], []backends.Op{p[2], p[3]})
+		if err != nil {
+			return nil, err
+		}
+		twice, err := b.DynamicUpdateSlice(up, p[1], []backends.Op{p[3], p[2]})
+		return []backends.Op{ds, up, twice}, err
+	}
+	x := []int32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}
+	u := []int32{-1, -2, -3, -4}
+	for _, c := range []struct {
+		r, c          int32
+		ds, up, twice string
+	}{
+		{1, 1, "[5 6 9 10]", "[0 1 2 3 4 -1 -2 7 8 -3 -4 11]", "[0 1 2 3 4 -1 -2 7 8 -3 -4 11]"},
+		{5, -3, "[4 5 8 9]", "[0 1 2 3 -1 -2 6 7 -3 -4 10 11]", "[0 1 -1 -2 -1 -2 -3 -4 -3 -4 10 11]"},
+	} {
+		got := runGraph(t, e, ins, []any{x, u, []int32{c.r}, []int32{c.c}}, fn)
+		if fmt.Sprint(got[0]) != c.ds || fmt.Sprint(got[1]) != c.up || fmt.Sprint(got[2]) != c.twice {
+			t.Errorf("start (%d,%d): got %v %v %v, want %s %s %s", c.r, c.c, got[0], got[1], got[2], c.ds, c.up, c.twice)
+		}
+	}
+	if fmt.Sprint(x) != "[0 1 2 3 4 5 6 7 8 9 10 11]" {
+		t.Fatalf("the caller's input changed: %v", x)
+	}
+}

@@ -22,6 +22,10 @@ func nativeKernel(e *Engine, n *node) (kernel, []*value) {
 		return convKernel(e, n)
 	case backends.OpTypeReduceWindow:
 		return windowKernel(n), n.in
+	case backends.OpTypeDynamicSlice:
+		return dynamicSliceKernel(n), n.in
+	case backends.OpTypeDynamicUpdateSlice:
+		return dynamicUpdateSliceKernel(n), n.in
 	case backends.OpTypeGather:
 		return gatherKernel(n), n.in
 	case backends.OpTypeSlice:

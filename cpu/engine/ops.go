@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/gomlx/gomlx/backends"
@@ -147,19 +148,73 @@ func (b *Builder) Dot(x, y backends.Op) (backends.Op, error) {
 	return b.DotGeneral(x, []int{xs.Rank() - 1}, nil, y, []int{0}, nil)
 }
 
-// DynamicSlice records GoMLX's DynamicSlice.
+// DynamicSlice records GoMLX's DynamicSlice (which simplego lacks: the
+// engine runs it natively).
 func (b *Builder) DynamicSlice(operand backends.Op, startIndices []backends.Op, sliceDims []int) (backends.Op, error) {
 	sliceDims = slices.Clone(sliceDims)
-	return b.one(backends.OpTypeDynamicSlice, nil, func(t backends.Builder, in []backends.Op) (backends.Op, error) {
-		return t.DynamicSlice(in[0], in[1:], sliceDims)
+	s, err := b.checkStarts("DynamicSlice", operand, startIndices)
+	if err != nil {
+		return nil, err
+	}
+	if len(sliceDims) != s.Rank() {
+		return nil, fmt.Errorf("DynamicSlice: %d slice sizes for an operand of rank %d", len(sliceDims), s.Rank())
+	}
+	for i, d := range sliceDims {
+		if d < 0 || d > s.Dimensions[i] {
+			return nil, fmt.Errorf("DynamicSlice: slice size %d on axis %d of an operand of shape %s", d, i, s)
+		}
+	}
+	return b.recordShaped(backends.OpTypeDynamicSlice, shapes.Make(s.DType, sliceDims...), func(t backends.Builder, in []backends.Op) ([]backends.Op, error) {
+		o, err := t.DynamicSlice(in[0], in[1:], sliceDims)
+		return []backends.Op{o}, err
 	}, append([]backends.Op{operand}, startIndices...)...)
 }
 
-// DynamicUpdateSlice records GoMLX's DynamicUpdateSlice.
+// DynamicUpdateSlice records GoMLX's DynamicUpdateSlice (which simplego
+// lacks: the engine runs it natively, in place when it can).
 func (b *Builder) DynamicUpdateSlice(operand, update backends.Op, startIndices []backends.Op) (backends.Op, error) {
-	return b.one(backends.OpTypeDynamicUpdateSlice, nil, func(t backends.Builder, in []backends.Op) (backends.Op, error) {
-		return t.DynamicUpdateSlice(in[0], in[1], in[2:])
+	s, err := b.checkStarts("DynamicUpdateSlice", operand, startIndices)
+	if err != nil {
+		return nil, err
+	}
+	u, err := b.OpShape(update)
+	if err != nil {
+		return nil, err
+	}
+	if u.DType != s.DType || u.Rank() != s.Rank() {
+		return nil, fmt.Errorf("DynamicUpdateSlice: update %s does not fit operand %s", u, s)
+	}
+	for i, d := range u.Dimensions {
+		if d > s.Dimensions[i] {
+			return nil, fmt.Errorf("DynamicUpdateSlice: update %s does not fit operand %s (axis %d)", u, s, i)
+		}
+	}
+	return b.recordShaped(backends.OpTypeDynamicUpdateSlice, s.Clone(), func(t backends.Builder, in []backends.Op) ([]backends.Op, error) {
+		o, err := t.DynamicUpdateSlice(in[0], in[1], in[2:])
+		return []backends.Op{o}, err
 	}, append([]backends.Op{operand, update}, startIndices...)...)
+}
+
+// checkStarts checks one scalar integer start index per axis of operand
+// and returns the operand's shape.
+func (b *Builder) checkStarts(op string, operand backends.Op, startIndices []backends.Op) (shapes.Shape, error) {
+	s, err := b.OpShape(operand)
+	if err != nil {
+		return s, err
+	}
+	if len(startIndices) != s.Rank() {
+		return s, fmt.Errorf("%s: %d start indices for an operand of rank %d", op, len(startIndices), s.Rank())
+	}
+	for i, st := range startIndices {
+		is, err := b.OpShape(st)
+		if err != nil {
+			return s, err
+		}
+		if is.Rank() != 0 || (is.DType != dtypes.Int32 && is.DType != dtypes.Int64) {
+			return s, fmt.Errorf("%s: start index %d is %s, want a scalar int32 or int64", op, i, is)
+		}
+	}
+	return s, nil
 }
 
 // FFT records GoMLX's FFT.
