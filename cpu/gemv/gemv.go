@@ -27,8 +27,10 @@ const blockRows = 4
 // of starting a goroutine outweighs what a second core's bandwidth buys.
 // On the 2-vCPU EPYC VM this was measured on, waking the idle second vCPU
 // costs tens of µs, so two threads beat one only from a few MB of weights
-// up (see BenchmarkF32); 64 KiB suits hosts where a handoff costs µs.
-const chunkBytes = 64 << 10
+// up (see BenchmarkF32). Below about 1 MiB of weights one thread is as fast
+// or faster even with the spinning pool of package parallel (the batch-1
+// MLP: 784x512 weights).
+const chunkBytes = 1 << 20
 
 // F32 computes y[m*ldy + n] = Σ_k x[m*ldx + k] * w[n*ldw + k] for m < M,
 // n < N, overwriting y and leaving the rest of y untouched. The leading

@@ -1,6 +1,15 @@
-// Package parallel runs the pieces of one CPU kernel on several goroutines
+// Package parallel runs the pieces of one CPU kernel on several threads
 // and turns a panic in any of them into an error of the call, so that no
 // input handed to a kernel can end the process.
+//
+// The pieces run on a pool of worker goroutines, one per extra CPU of
+// GOMAXPROCS (at the first call), which spin for a short while after each
+// piece before they park: waking a parked goroutine costs tens of
+// microseconds on some virtual machines, more than a whole small kernel,
+// so consecutive kernels of one run find their workers awake (ONNX
+// Runtime's and XLA's CPU thread pools spin for the same reason). A call
+// that finds every worker busy (another run's kernel) runs its pieces
+// itself.
 package parallel
 
 import (
@@ -8,6 +17,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // PanicError is a panic raised by a kernel worker, recovered.
@@ -26,10 +37,94 @@ func Threads(n int) int {
 	return runtime.GOMAXPROCS(0)
 }
 
+// spinFor is how long an idle worker polls for its next piece before it
+// parks.
+const spinFor = 200 * time.Microsecond
+
+// piece is one chunk of a For call given to a worker.
+type piece struct {
+	fn      func(lo, hi int)
+	lo, hi  int
+	pending *atomic.Int32
+	err     *atomic.Pointer[PanicError]
+}
+
+type worker struct {
+	next atomic.Pointer[piece]
+	idle atomic.Bool // parked, waiting on wake
+	wake chan struct{}
+}
+
+var (
+	poolOnce sync.Once
+	workers  []*worker
+)
+
+func startPool() {
+	n := runtime.GOMAXPROCS(0) - 1
+	for range max(n, 0) {
+		w := &worker{wake: make(chan struct{}, 1)}
+		workers = append(workers, w)
+		go w.loop()
+	}
+}
+
+// loop runs pieces as they come, spinning between them, then parking.
+func (w *worker) loop() {
+	for {
+		deadline := time.Now().Add(spinFor)
+		for spins := 0; ; spins++ {
+			if p := w.next.Swap(nil); p != nil {
+				p.run()
+				deadline = time.Now().Add(spinFor)
+				continue
+			}
+			if spins%64 == 63 {
+				if time.Now().After(deadline) {
+					break
+				}
+				runtime.Gosched() // let a runnable goroutine have this thread
+			}
+		}
+		w.idle.Store(true)
+		if p := w.next.Swap(nil); p != nil { // posted before idle was seen
+			w.idle.Store(false)
+			p.run()
+			continue
+		}
+		<-w.wake
+		w.idle.Store(false)
+	}
+}
+
+// run runs the piece, recording a panic, and signals its end.
+func (p *piece) run() {
+	if err := Run(func() { p.fn(p.lo, p.hi) }); err != nil {
+		p.err.CompareAndSwap(nil, err.(*PanicError))
+	}
+	p.pending.Add(-1)
+}
+
+// give hands p to an idle or spinning worker, false when all are busy.
+func give(p *piece) bool {
+	for _, w := range workers {
+		if w.next.CompareAndSwap(nil, p) {
+			if w.idle.Load() {
+				select {
+				case w.wake <- struct{}{}:
+				default:
+				}
+			}
+			return true
+		}
+	}
+	return false
+}
+
 // For splits [0, n) into at most threads contiguous chunks of at least
-// grain items and calls fn on each, on the calling goroutine when there is
-// one chunk and on new goroutines otherwise. It waits for every chunk and
-// returns the first panic raised as a *PanicError.
+// grain items and calls fn on each: the first on the calling goroutine,
+// the others on the pool's workers (or here, when they are busy). It waits
+// for every chunk and returns the first panic raised as a *PanicError.
 func For(n, grain, threads int, fn func(lo, hi int)) error {
 	if n <= 0 {
 		return nil
@@ -41,28 +136,40 @@ func For(n, grain, threads int, fn func(lo, hi int)) error {
 	if t <= 1 {
 		return Run(func() { fn(0, n) })
 	}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
+	poolOnce.Do(startPool)
+	t = min(t, len(workers)+1)
 	chunk := (n + t - 1) / t
-	for lo := 0; lo < n; lo += chunk {
-		hi := min(lo+chunk, n)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := Run(func() { fn(lo, hi) }); err != nil {
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
-			}
-		}()
+	var (
+		pending atomic.Int32
+		perr    atomic.Pointer[PanicError]
+	)
+	var mine []piece
+	for lo := chunk; lo < n; lo += chunk {
+		p := &piece{fn: fn, lo: lo, hi: min(lo+chunk, n), pending: &pending, err: &perr}
+		pending.Add(1)
+		if !give(p) {
+			pending.Add(-1)
+			mine = append(mine, *p)
+		}
 	}
-	wg.Wait()
-	return first
+	first := Run(func() { fn(0, min(chunk, n)) })
+	for _, p := range mine {
+		if err := Run(func() { p.fn(p.lo, p.hi) }); err != nil && first == nil {
+			first = err
+		}
+	}
+	for spins := 0; pending.Load() > 0; spins++ {
+		if spins%32 == 31 {
+			runtime.Gosched()
+		}
+	}
+	if first != nil {
+		return first
+	}
+	if e := perr.Load(); e != nil {
+		return e
+	}
+	return nil
 }
 
 // Run calls fn and returns a panic it raises as a *PanicError.

@@ -2,6 +2,7 @@ package parallel
 
 import (
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -40,4 +41,35 @@ func TestForRecoversWorkerPanic(t *testing.T) {
 	if err := Run(func() { var m map[int]int; m[1] = 1 }); !errors.As(err, &pe) {
 		t.Fatalf("Run: got %v", err)
 	}
+}
+
+// TestConcurrentFor: calls from many goroutines at once (the pool's
+// workers busy with others' pieces) each cover their range exactly once.
+func TestConcurrentFor(t *testing.T) {
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				n := 50 + g
+				seen := make([]atomic.Int32, n)
+				if err := For(n, 1, 4, func(lo, hi int) {
+					for i := lo; i < hi; i++ {
+						seen[i].Add(1)
+					}
+				}); err != nil {
+					t.Error(err)
+					return
+				}
+				for i := range seen {
+					if seen[i].Load() != 1 {
+						t.Errorf("index %d visited %d times", i, seen[i].Load())
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
