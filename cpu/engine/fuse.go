@@ -10,6 +10,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 
 	"github.com/tensorbridge/tensorbridge/cpu/parallel"
+	"github.com/tensorbridge/tensorbridge/cpu/vec"
 )
 
 // Element-wise fusion: a region of float32 element-wise ops over one
@@ -52,72 +53,38 @@ func fusable(n *node) bool {
 // converted when written); Go's comparisons give IEEE results for NaN, as
 // simplego's do.
 var compareOps = map[backends.OpType]func(d, a, b []float32){
-	backends.OpTypeEqual:          cmp(func(x, y float32) bool { return x == y }),
-	backends.OpTypeNotEqual:       cmp(func(x, y float32) bool { return x != y }),
-	backends.OpTypeGreaterThan:    cmp(func(x, y float32) bool { return x > y }),
-	backends.OpTypeGreaterOrEqual: cmp(func(x, y float32) bool { return x >= y }),
-	backends.OpTypeLessThan:       cmp(func(x, y float32) bool { return x < y }),
-	backends.OpTypeLessOrEqual:    cmp(func(x, y float32) bool { return x <= y }),
+	backends.OpTypeEqual:          cmp(vec.CmpEQ),
+	backends.OpTypeNotEqual:       cmp(vec.CmpNE),
+	backends.OpTypeGreaterThan:    cmp(vec.CmpGT),
+	backends.OpTypeGreaterOrEqual: cmp(vec.CmpGE),
+	backends.OpTypeLessThan:       cmp(vec.CmpLT),
+	backends.OpTypeLessOrEqual:    cmp(vec.CmpLE),
 }
 
-func cmp(f func(x, y float32) bool) func(d, a, b []float32) {
-	return func(d, a, b []float32) {
-		a, b = a[:len(d)], b[:len(d)]
-		for i := range d {
-			var v float32
-			if f(a[i], b[i]) {
-				v = 1
-			}
-			d[i] = v
-		}
-	}
+func cmp(op vec.CmpOp) func(d, a, b []float32) {
+	return func(d, a, b []float32) { vec.Compare(op, d, a, b) }
 }
 
 // toBool is ConvertDType float32 → bool (x != 0, so NaN is true, as Go's
 // comparison and simplego give); bool → float32 is a copy, the register
 // holding 1 or 0 already.
-func toBool(d, a []float32) {
-	for i, x := range a[:len(d)] {
-		var v float32 // a conditional move, not an unpredictable branch
-		if x != 0 {
-			v = 1
-		}
-		d[i] = v
-	}
-}
+func toBool(d, a []float32) { vec.NonZero(d, a) }
 
 func copyReg(d, a []float32) { copy(d, a[:len(d)]) }
 
 // where selects a or b by the condition register c (1 or 0).
-func where(d, c, a, b []float32) {
-	c, a, b = c[:len(d)], a[:len(d)], b[:len(d)]
-	for i := range d {
-		v := b[i] // a conditional move, not an unpredictable branch
-		if c[i] != 0 {
-			v = a[i]
-		}
-		d[i] = v
-	}
-}
+func where(d, c, a, b []float32) { vec.Select(d, c, a, b) }
 
+// The vector ops (package vec: AVX-512, AVX2 or Go) give the bits of the
+// plain Go loops, which are simplego's formulas; the others apply the
+// float64 function per element and round, as simplego does.
 var unaryOps = map[backends.OpType]func(d, a []float32){
-	backends.OpTypeNeg: func(d, a []float32) {
-		for i, x := range a[:len(d)] {
-			d[i] = -x
-		}
-	},
-	backends.OpTypeAbs: func(d, a []float32) {
-		for i, x := range a[:len(d)] {
-			if x < 0 {
-				x = -x
-			}
-			d[i] = x
-		}
-	},
+	backends.OpTypeNeg:   vec.Neg,
+	backends.OpTypeAbs:   vec.Abs,
+	backends.OpTypeSqrt:  vec.Sqrt, // float32(math.Sqrt(float64(x))) is the correctly rounded square root
 	backends.OpTypeExp:   mapF64(math.Exp),
 	backends.OpTypeLog:   mapF64(math.Log),
 	backends.OpTypeTanh:  mapF64(math.Tanh),
-	backends.OpTypeSqrt:  mapF64(math.Sqrt),
 	backends.OpTypeErf:   mapF64(math.Erf),
 	backends.OpTypeRsqrt: mapF64(func(x float64) float64 { return 1.0 / math.Sqrt(x) }),
 	backends.OpTypeLogistic: mapF64(func(x float64) float64 {
@@ -139,42 +106,12 @@ func mapF64(f func(float64) float64) func(d, a []float32) {
 }
 
 var binaryOps = map[backends.OpType]func(d, a, b []float32){
-	backends.OpTypeAdd: func(d, a, b []float32) {
-		a, b = a[:len(d)], b[:len(d)]
-		for i := range d {
-			d[i] = a[i] + b[i]
-		}
-	},
-	backends.OpTypeSub: func(d, a, b []float32) {
-		a, b = a[:len(d)], b[:len(d)]
-		for i := range d {
-			d[i] = a[i] - b[i]
-		}
-	},
-	backends.OpTypeMul: func(d, a, b []float32) {
-		a, b = a[:len(d)], b[:len(d)]
-		for i := range d {
-			d[i] = a[i] * b[i]
-		}
-	},
-	backends.OpTypeDiv: func(d, a, b []float32) {
-		a, b = a[:len(d)], b[:len(d)]
-		for i := range d {
-			d[i] = a[i] / b[i]
-		}
-	},
-	backends.OpTypeMax: func(d, a, b []float32) {
-		a, b = a[:len(d)], b[:len(d)]
-		for i := range d {
-			d[i] = max(a[i], b[i])
-		}
-	},
-	backends.OpTypeMin: func(d, a, b []float32) {
-		a, b = a[:len(d)], b[:len(d)]
-		for i := range d {
-			d[i] = min(a[i], b[i])
-		}
-	},
+	backends.OpTypeAdd: vec.Add,
+	backends.OpTypeSub: vec.Sub,
+	backends.OpTypeMul: vec.Mul,
+	backends.OpTypeDiv: vec.Div,
+	backends.OpTypeMax: vec.Max,
+	backends.OpTypeMin: vec.Min,
 	backends.OpTypePow: func(d, a, b []float32) {
 		a, b = a[:len(d)], b[:len(d)]
 		for i := range d {
@@ -364,10 +301,7 @@ func (t *fusedRun) write(o, out int, v []float32) {
 			copy(d, v)
 		}
 	case []bool:
-		d := dst[out : out+len(v)]
-		for i, x := range v {
-			d[i] = x != 0
-		}
+		vec.F32ToBool(dst[out:out+len(v)], v)
 	}
 }
 
@@ -387,6 +321,10 @@ func (ld *fusedLoad) read(src any, idx []int, n int, buf []float32) []float32 {
 	s := ld.strides[len(ld.strides)-1]
 	buf = buf[:n]
 	if b, ok := src.([]bool); ok {
+		if s == 1 {
+			vec.BoolToF32(buf, b[o:o+n])
+			return buf
+		}
 		for i := range buf {
 			var v float32
 			if b[o+i*s] {
@@ -401,14 +339,9 @@ func (ld *fusedLoad) read(src any, idx []int, n int, buf []float32) []float32 {
 	case 1:
 		return v[o : o+n]
 	case 0:
-		x := v[o]
-		for i := range buf {
-			buf[i] = x
-		}
+		vec.Fill(buf, v[o])
 	default:
-		for i := range buf {
-			buf[i] = v[o+i*s]
-		}
+		vec.Gather(buf, v[o:], s)
 	}
 	return buf
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 
 	"github.com/tensorbridge/tensorbridge/cpu/parallel"
+	"github.com/tensorbridge/tensorbridge/cpu/vec"
 )
 
 // Reductions of float32 over any axes. Each output element accumulates
@@ -117,11 +118,14 @@ func (p *reducePlan) rows(x, y []float32, threads int) error {
 	return parallel.For(p.outer, max(1, 8192/p.red), threads, func(lo, hi int) {
 		for o := lo; o < hi; o++ {
 			acc, row := y[o], x[o*p.red:(o+1)*p.red]
-			if sum {
+			switch {
+			case sum:
 				for _, v := range row {
 					acc += v
 				}
-			} else {
+			case p.op == backends.OpTypeReduceMax:
+				acc = vec.MaxReduce(row, acc)
+			default:
 				for _, v := range row {
 					acc = f(acc, v)
 				}
@@ -134,15 +138,14 @@ func (p *reducePlan) rows(x, y []float32, threads int) error {
 // columns reduces [outer, red, inner] along red, a vector of inner values
 // at a time.
 func (p *reducePlan) columns(x, y []float32, threads int) error {
-	f := p.combine()
+	f := map[backends.OpType]func(d, a, b []float32){
+		backends.OpTypeReduceSum: vec.Add, backends.OpTypeReduceMax: vec.Max, backends.OpTypeReduceMin: vec.Min,
+	}[p.op]
 	return parallel.For(p.outer, max(1, 8192/(p.red*p.inner)), threads, func(lo, hi int) {
 		for o := lo; o < hi; o++ {
 			acc := y[o*p.inner : (o+1)*p.inner]
 			for k := range p.red {
-				src := x[(o*p.red+k)*p.inner:][:p.inner]
-				for i, v := range src {
-					acc[i] = f(acc[i], v)
-				}
+				f(acc, acc, x[(o*p.red+k)*p.inner:][:p.inner]) // element by element, in k order
 			}
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 
 	"github.com/tensorbridge/tensorbridge/cpu/parallel"
+	"github.com/tensorbridge/tensorbridge/cpu/vec"
 )
 
 // ReduceWindow of float32 (pooling): each output reduces its window in
@@ -180,18 +181,19 @@ func (p *windowPlan) run2D(x, y []float32, threads int) error {
 
 // combineRun folds row[start+i*stride] into acc[i].
 func (p *windowPlan) combineRun(acc, row []float32, start, stride int) {
+	src := row[start:]
+	if stride != 1 {
+		t := getF32(len(acc))
+		defer putF32(t)
+		vec.Gather(*t, src, stride)
+		src = *t
+	}
 	switch p.op {
 	case backends.ReduceOpMax:
-		for i := range acc {
-			acc[i] = max(acc[i], row[start+i*stride])
-		}
+		vec.Max(acc, acc, src)
 	case backends.ReduceOpMin:
-		for i := range acc {
-			acc[i] = min(acc[i], row[start+i*stride])
-		}
+		vec.Min(acc, acc, src)
 	default:
-		for i := range acc {
-			acc[i] += row[start+i*stride]
-		}
+		vec.Add(acc, acc, src)
 	}
 }
