@@ -79,8 +79,14 @@ func (e *Engine) NumDevices() int { return 1 }
 // DeviceDescription describes the one device.
 func (e *Engine) DeviceDescription(deviceNum backends.DeviceNum) string { return "cpu:0" }
 
-// Capabilities are the inner engine's: every op runs, natively or not.
-func (e *Engine) Capabilities() backends.Capabilities { return e.inner.Capabilities() }
+// Capabilities are the inner engine's (every op runs, natively or in a
+// segment) and the ops only this engine runs.
+func (e *Engine) Capabilities() backends.Capabilities {
+	c := e.inner.Capabilities().Clone()
+	c.Operations[backends.OpTypeDynamicSlice] = true
+	c.Operations[backends.OpTypeDynamicUpdateSlice] = true
+	return c
+}
 
 // Builder starts recording a computation.
 func (e *Engine) Builder(name string) backends.Builder {
