@@ -78,11 +78,8 @@ func (b *Builder) Compile(outputs []backends.Op, shardings []*backends.ShardingS
 	if err != nil {
 		return nil, err
 	}
-	debugPlan(b.name, p)
 	return newExecutable(b.e, b.name, b.params, p), nil
 }
-
-var debugPlan = func(string, *plan) {}
 
 // compiler holds the state of one Compile.
 type compiler struct {

@@ -518,3 +518,26 @@ func TestConcurrentRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSteps: the plan of the MLP is three products and three fused
+// bias(+ReLU) loops, nothing in segments.
+func TestSteps(t *testing.T) {
+	e, _ := newPair(t)
+	ins, fn := mlpGraph(1)
+	b := e.Builder("mlp")
+	x, _ := b.Parameter("x", ins[0], nil)
+	outs, err := fn(b, []backends.Op{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := b.Compile(outs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Finalize()
+	got := fmt.Sprint(exe.(*Executable).Steps())
+	want := "[native DotGeneral fused[BroadcastInDim Add BroadcastInDim Max] native DotGeneral fused[BroadcastInDim Add BroadcastInDim Max] native DotGeneral fused[BroadcastInDim Add]]"
+	if got != want {
+		t.Fatalf("steps %s\nwant %s", got, want)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
@@ -81,8 +80,6 @@ func (x *Executable) Inputs() ([]string, []shapes.Shape) {
 // Outputs returns the outputs' shapes.
 func (x *Executable) Outputs() []shapes.Shape { return slices.Clone(x.outShapes) }
 
-var debugStep = func(string, time.Duration) {}
-
 // run is the state of one Execute, reused by later ones (runs).
 type run struct {
 	x       *Executable
@@ -141,10 +138,7 @@ func (x *Executable) Execute(inputs []backends.Buffer, donate []bool, _ backends
 		}
 	}
 	for i := range x.p.steps {
-		t0 := time.Now()
-		err := r.step(i)
-		debugStep(x.p.steps[i].name, time.Since(t0))
-		if err != nil {
+		if err := r.step(i); err != nil {
 			r.releaseAll()
 			return nil, err
 		}
@@ -336,3 +330,21 @@ func (r *run) alloc(s shapes.Shape) (backends.Buffer, any, error) {
 
 // data returns a buffer's flat values.
 func (r *run) data(b backends.Buffer) (any, error) { return r.x.e.inner.BufferData(b) }
+
+// Steps describes the plan, one line per step in run order: "native OP",
+// "fused[OPS]" or "segment [OPS]" (ops run by the inner engine), so a
+// user or a test can see which ops of a model run natively.
+func (x *Executable) Steps() []string {
+	s := make([]string, len(x.p.steps))
+	for i, st := range x.p.steps {
+		switch {
+		case st.seg != nil:
+			s[i] = "segment " + st.name
+		case len(st.name) > 0 && st.name[0] == 'f':
+			s[i] = st.name
+		default:
+			s[i] = "native " + st.name
+		}
+	}
+	return s
+}
