@@ -159,7 +159,7 @@ func (p *convPlan) run(r *run, x backends.Buffer, w []float32) ([]backends.Buffe
 	}
 	out := flat.([]float32)
 	if p.positions == 0 || p.batch == 0 || p.og == 0 {
-		return []backends.Buffer{ob}, nil
+		return r.one(ob), nil
 	}
 	if p.cg == 1 && p.og == 1 {
 		err = p.depthwise(in, w, out, r.threads)
@@ -170,7 +170,7 @@ func (p *convPlan) run(r *run, x backends.Buffer, w []float32) ([]backends.Buffe
 		_ = r.x.e.inner.BufferFinalize(ob)
 		return nil, err
 	}
-	return []backends.Buffer{ob}, nil
+	return r.one(ob), nil
 }
 
 // coord returns the input index of output position o, tap k on spatial

@@ -54,7 +54,7 @@ func sliceKernel(n *node) kernel {
 		if out.Size() > 0 {
 			copyStrided(rawBytes(dst, size), rawBytes(src, size), od, start, step, size)
 		}
-		return []backends.Buffer{ob}, nil
+		return rn.one(ob), nil
 	}
 }
 
@@ -123,6 +123,6 @@ func concatKernel(n *node) kernel {
 				o += copy(d[o:], s[k*blocks[i]:(k+1)*blocks[i]])
 			}
 		}
-		return []backends.Buffer{ob}, nil
+		return rn.one(ob), nil
 	}
 }

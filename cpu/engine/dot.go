@@ -109,7 +109,7 @@ func (p *dotPlan) runPacked(r *run, x backends.Buffer, rhs []float32) ([]backend
 		_ = r.x.e.inner.BufferFinalize(out)
 		return nil, err
 	}
-	return []backends.Buffer{out}, nil
+	return r.one(out), nil
 }
 
 // freeAxes returns the axes of a rank-r operand that are neither batch nor
@@ -225,7 +225,7 @@ func (p *dotPlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, error) 
 		_ = r.x.e.inner.BufferFinalize(out)
 		return nil, err
 	}
-	return []backends.Buffer{out}, nil
+	return r.one(out), nil
 }
 
 // materialize returns the operand's values in the order the view reads:

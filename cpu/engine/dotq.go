@@ -70,7 +70,7 @@ func (p *dotPlan) runInt8(r *run, ins []backends.Buffer) ([]backends.Buffer, err
 		_ = r.x.e.inner.BufferFinalize(out)
 		return nil, err
 	}
-	return []backends.Buffer{out}, nil
+	return r.one(out), nil
 }
 
 // ones returns p.n scales of 1 (the graph applies the real scales after

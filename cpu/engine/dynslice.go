@@ -66,7 +66,7 @@ func dynamicSliceKernel(n *node) kernel {
 		if out.Size() > 0 {
 			copyStrided(rawBytes(dst, size), rawBytes(src, size), out.Dimensions, offset(st, ist), one, size)
 		}
-		return []backends.Buffer{ob}, nil
+		return r.one(ob), nil
 	}
 }
 
@@ -98,7 +98,7 @@ func dynamicUpdateSliceKernel(n *node) kernel {
 		if up.Size() > 0 {
 			scatterWindow(rawBytes(dst, size), rawBytes(ub, size), up, offset(st, ost), ost, size)
 		}
-		return []backends.Buffer{out}, nil
+		return r.one(out), nil
 	}
 }
 

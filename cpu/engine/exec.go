@@ -87,6 +87,7 @@ type run struct {
 	bufs    []backends.Buffer
 	owned   []bool
 	ins     []backends.Buffer // a step's inputs
+	out     [1]backends.Buffer
 	threads int
 }
 
@@ -109,6 +110,7 @@ func (x *Executable) putRun(r *run) {
 	clear(r.bufs)
 	clear(r.owned)
 	clear(r.ins)
+	r.out[0] = nil
 	x.runs.Put(r)
 }
 
@@ -249,6 +251,13 @@ func (r *run) segment(i int, st *step, ins []backends.Buffer) (outs []backends.B
 		}
 	}
 	return res, nil
+}
+
+// one returns b as a step's only output, in a slice the run reuses (step
+// copies its outputs out at once), so a kernel allocates none.
+func (r *run) one(b backends.Buffer) []backends.Buffer {
+	r.out[0] = b
+	return r.out[:1]
 }
 
 // take gives the running native step input j's buffer to keep (to write

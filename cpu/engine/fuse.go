@@ -176,15 +176,17 @@ type fusedOp struct {
 
 // fusedPlan is a compiled region.
 type fusedPlan struct {
-	dims    []int // collapsed output dimensions
-	outSt   []int // output strides per collapsed axis
-	loads   []fusedLoad
-	ops     []fusedOp
-	loadOut [][]int // outputs that are loads (a BroadcastInDim output)
-	nregs   int
-	shape   shapes.Shape
-	outDT   []dtypes.DType // dtype of each output (Float32 or Bool)
-	spaces  sync.Pool      // *space
+	dims      []int // collapsed output dimensions
+	outSt     []int // output strides per collapsed axis
+	loads     []fusedLoad
+	ops       []fusedOp
+	loadOut   [][]int // outputs that are loads (a BroadcastInDim output)
+	nregs     int
+	shape     shapes.Shape
+	outDT     []dtypes.DType // dtype of each output (Float32 or Bool)
+	outShapes []shapes.Shape
+	spaces    sync.Pool // *space
+	runs      sync.Pool // *fusedRun
 }
 
 // tile is the number of elements of the innermost axis one step of the
@@ -193,7 +195,16 @@ const tile = 512
 
 // run executes the region.
 func (f *fusedPlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, error) {
-	t := &fusedRun{f: f, srcs: make([]any, len(ins)), dsts: make([]any, len(f.outDT))}
+	t, _ := f.runs.Get().(*fusedRun)
+	if t == nil {
+		t = &fusedRun{f: f, srcs: make([]any, len(ins)), dsts: make([]any, len(f.outDT)), outs: make([]backends.Buffer, len(f.outDT))}
+	}
+	defer func() {
+		clear(t.srcs)
+		clear(t.dsts)
+		clear(t.outs)
+		f.runs.Put(t)
+	}()
 	for i, b := range ins {
 		v, err := r.data(b)
 		if err != nil {
@@ -201,25 +212,23 @@ func (f *fusedPlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, error
 		}
 		t.srcs[i] = v
 	}
-	outs := make([]backends.Buffer, len(f.outDT))
-	for i, dt := range f.outDT {
-		b, flat, err := r.alloc(shapes.Make(dt, f.shape.Dimensions...))
+	for i := range f.outDT {
+		b, flat, err := r.alloc(f.outShapes[i])
 		if err != nil {
 			return nil, err
 		}
-		outs[i], t.dsts[i] = b, flat
+		t.outs[i], t.dsts[i] = b, flat
 	}
+	res := append([]backends.Buffer(nil), t.outs...)
 	if f.shape.Size() == 0 {
-		return outs, nil
+		return res, nil
 	}
 	inner := f.dims[len(f.dims)-1]
-	perRow := (inner + tile - 1) / tile
+	t.perRow = (inner + tile - 1) / tile
 	rows := f.shape.Size() / inner
 	grain := max(1, 16384/min(inner, tile))
-	err := parallel.For(rows*perRow, grain, r.threads, func(lo, hi int) {
-		t.tiles(lo, hi, perRow)
-	})
-	return outs, err
+	err := parallel.For(rows*t.perRow, grain, r.threads, t.tiles)
+	return res, err
 }
 
 // space is one worker's registers.
@@ -241,11 +250,13 @@ func (f *fusedPlan) workspace() *space {
 type fusedRun struct {
 	f          *fusedPlan
 	srcs, dsts []any // []float32 or []bool
+	outs       []backends.Buffer
+	perRow     int // tiles per row of the innermost axis
 }
 
 // tiles computes tiles [lo, hi) (tile t is piece t%perRow of row t/perRow).
-func (t *fusedRun) tiles(lo, hi, perRow int) {
-	f := t.f
+func (t *fusedRun) tiles(lo, hi int) {
+	f, perRow := t.f, t.perRow
 	w := f.workspace()
 	defer f.spaces.Put(w)
 	regs, scratch, idx := w.regs, w.scratch, w.idx
@@ -433,6 +444,9 @@ func (c *compiler) compileRegion(rg *region) step {
 	}
 	st.name = st.name[:len(st.name)-1] + "]"
 	f.nregs = nl + len(ops)
+	for _, dt := range f.outDT {
+		f.outShapes = append(f.outShapes, shapes.Make(dt, rg.shape.Dimensions...))
+	}
 	st.ins = loadSlots
 	f.dims, f.outSt, loadStrides = collapse(dims, rowMajorStrides(dims), loadStrides)
 	for i, s := range loadSlots {

@@ -90,7 +90,7 @@ func (p *gatherPlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, erro
 		return nil, err
 	}
 	if p.outShape.s.Size() == 0 {
-		return []backends.Buffer{ob}, nil
+		return r.one(ob), nil
 	}
 	sb, db := rawBytes(src, p.size), rawBytes(dst, p.size)
 	read := indexReader(iflat)
@@ -126,7 +126,7 @@ func (p *gatherPlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, erro
 			bidx[i] = 0
 		}
 	}
-	return []backends.Buffer{ob}, nil
+	return r.one(ob), nil
 }
 
 // copySlice copies the slice at operand offset base to output offset oo.

@@ -108,7 +108,7 @@ func (p *reducePlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, erro
 		_ = r.x.e.inner.BufferFinalize(out)
 		return nil, err
 	}
-	return []backends.Buffer{out}, nil
+	return r.one(out), nil
 }
 
 // rows reduces [outer, red] along red.

@@ -74,7 +74,7 @@ func (p *windowPlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, erro
 			_ = r.x.e.inner.BufferFinalize(ob)
 			return nil, err
 		}
-		return []backends.Buffer{ob}, nil
+		return r.one(ob), nil
 	}
 	last := max(1, p.outDims[len(p.outDims)-1])
 	if len(y) > 0 {
@@ -96,7 +96,7 @@ func (p *windowPlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, erro
 		_ = r.x.e.inner.BufferFinalize(ob)
 		return nil, err
 	}
-	return []backends.Buffer{ob}, nil
+	return r.one(ob), nil
 }
 
 // reduce reduces the window of output position oidx.
