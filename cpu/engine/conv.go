@@ -45,6 +45,9 @@ func convKernel(e *Engine, n *node) (kernel, []*value) {
 	if !allFloat32(n) || a.batchGroup > 1 {
 		return nil, nil
 	}
+	if directConv(n, a) {
+		return convKernelPkg(e, n, a)
+	}
 	p := newConvPlan(n, a)
 	if k := n.in[1].n; k.konst != nil {
 		if flat, err := e.inner.BufferData(k.konst); err == nil {
