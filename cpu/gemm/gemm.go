@@ -1,19 +1,27 @@
 // Package gemm multiplies float32 matrices on the CPU: C = A·B (+ C).
 //
-// The operands are strided views. The product runs on the matrix-vector
-// kernels of package gemv (AVX-512, AVX2+FMA, NEON or portable Go), which
-// take up to 16 rows of A against B held as rows of Bᵀ: A is used in place
-// when its rows are contiguous and B when its columns are, and otherwise
-// packed once per call. Blocks of 16 rows of A are spread over the
-// threads, each streaming Bᵀ from cache.
+// The product is blocked the way BLIS does it (Van Zee & van de Geijn,
+// "BLIS: A Framework for Rapidly Instantiating BLAS Functionality", ACM
+// TOMS 41(3), 2015): B is packed into kc×nc panels of nr-wide column
+// slivers, A into mc×kc blocks of mr-tall row slivers, and a micro-kernel
+// written per instruction set (AVX-512, AVX2+FMA, NEON, or portable Go)
+// computes one mr×nr tile of C over kc with its accumulators in registers.
+// Packing reads the operands through their strides, so any layout of A
+// and B, transposed or not, runs the same kernels; only for a short A (at
+// most two slivers) is a row-major B read in place, since packing it would
+// cost as much as the product. Threads pack each panel of B together and
+// split C between them by rows when A is the taller operand, by columns
+// when B is the wider one (driver.go's grid).
+//
+// Files: driver.go (blocking, threads), pack.go, kernel*.go (kernel
+// choice, the Go kernel), kernels_*.s (written by gen_kernels.go),
+// workspace.go (pooled buffers), peak_amd64.* (the FMA peak loops of
+// BenchmarkPeakFMA).
 package gemm
 
 import (
 	"fmt"
-	"sync"
-
-	"github.com/tensorbridge/tensorbridge/cpu/gemv"
-	"github.com/tensorbridge/tensorbridge/cpu/parallel"
+	"math"
 )
 
 // Matrix is a strided view of a float32 matrix: element (i, j) is
@@ -23,154 +31,106 @@ type Matrix struct {
 	RowStride, ColStride int
 }
 
-// KernelName names the micro-kernel in use.
-func KernelName() string { return gemv.KernelName() }
-
-// rowBlock is the number of rows of A one kernel call takes.
-const rowBlock = 16
-
-// need returns the length a view of rows×cols needs.
-func (m Matrix) need(rows, cols int) int {
-	if rows == 0 || cols == 0 {
-		return 0
-	}
-	return (rows-1)*m.RowStride + (cols-1)*m.ColStride + 1
-}
-
 // Sgemm computes C = A·B, or C += A·B when accumulate, for an m×k A, a k×n
 // B and a row-major m×n C whose rows are ldc apart. threads ≤ 0 means
-// GOMAXPROCS. A panic inside a worker is returned as *parallel.PanicError.
+// GOMAXPROCS. Operands too short for their sizes and strides are an error;
+// a panic inside a worker is returned as *parallel.PanicError.
 func Sgemm(m, n, k int, a, b Matrix, c []float32, ldc int, accumulate bool, threads int) error {
-	if m < 0 || n < 0 || k < 0 {
-		return fmt.Errorf("gemm: negative size m=%d n=%d k=%d", m, n, k)
+	if useTiled(m, n, k) && m > 0 && n > 0 && k > 0 {
+		if err := validate(m, n, k, a, b, c, ldc); err != nil {
+			return err
+		}
+		return tiledSgemm(m, n, k, a, b, c, ldc, accumulate, threads)
+	}
+	return sgemm(active, m, n, k, a, b, c, ldc, accumulate, threads)
+}
+
+// sgemm is Sgemm on the given micro-kernel (tests run each one).
+func sgemm(kern *microKernel, m, n, k int, a, b Matrix, c []float32, ldc int, accumulate bool, threads int) error {
+	if err := validate(m, n, k, a, b, c, ldc); err != nil {
+		return err
 	}
 	if m == 0 || n == 0 {
 		return nil
 	}
-	if got, want := len(a.Data), a.need(m, k); got < want || a.RowStride < 0 || a.ColStride < 0 {
-		return fmt.Errorf("gemm: operand A (%dx%d, strides %d,%d) needs %d elements, has %d", m, k, a.RowStride, a.ColStride, want, got)
-	}
-	if got, want := len(b.Data), b.need(k, n); got < want || b.RowStride < 0 || b.ColStride < 0 {
-		return fmt.Errorf("gemm: operand B (%dx%d, strides %d,%d) needs %d elements, has %d", k, n, b.RowStride, b.ColStride, want, got)
-	}
-	if ldc < n || len(c) < (m-1)*ldc+n {
-		return fmt.Errorf("gemm: C (%dx%d, ldc %d) needs %d elements, has %d", m, n, ldc, (m-1)*ldc+n, len(c))
-	}
-	x, ldx, freeX, err := rowsOf(a, m, k, threads)
-	defer freeX()
-	if err != nil {
-		return err
-	}
-	w, ldw, freeW, err := rowsOf(Matrix{Data: b.Data, RowStride: b.ColStride, ColStride: b.RowStride}, n, k, threads)
-	defer freeW()
-	if err != nil {
-		return err
-	}
-	if !accumulate {
-		return product(m, n, k, x, ldx, w, ldw, c, ldc, threads)
-	}
-	t := getBuf(m * n)
-	defer putBuf(t)
-	if err := product(m, n, k, x, ldx, w, ldw, *t, n, threads); err != nil {
-		return err
-	}
-	for i := range m {
-		row, add := c[i*ldc:i*ldc+n], (*t)[i*n:(i+1)*n]
-		for j := range row {
-			row[j] += add[j]
+	if k == 0 {
+		if !accumulate {
+			for i := range m {
+				clear(c[i*ldc : i*ldc+n])
+			}
 		}
+		return nil
+	}
+	ws := getWorkspace(newPlan(kern, m, n, k, a, b, c, ldc, accumulate, threads))
+	defer putWorkspace(ws)
+	return ws.plan.run(ws)
+}
+
+// validate checks the sizes and that every element the strides reach lies
+// inside its slice, so that the packing loops and the assembly never read
+// or write out of bounds.
+func validate(m, n, k int, a, b Matrix, c []float32, ldc int) error {
+	if m < 0 || n < 0 || k < 0 {
+		return fmt.Errorf("gemm: negative size m=%d n=%d k=%d", m, n, k)
+	}
+	if err := checkOperand("A", a, m, k); err != nil {
+		return err
+	}
+	if err := checkOperand("B", b, k, n); err != nil {
+		return err
+	}
+	if m == 0 || n == 0 {
+		return nil
+	}
+	if ldc < n {
+		return fmt.Errorf("gemm: C has ldc %d < n %d", ldc, n)
+	}
+	need, ok := span(m, n, ldc, 1)
+	if !ok || len(c) < need {
+		return fmt.Errorf("gemm: operand C (%d×%d, ldc %d) needs %s elements, got %d", m, n, ldc, needText(need, ok), len(c))
 	}
 	return nil
 }
 
-// l2Bytes is the share of the L2 cache a block of Wᵀ may fill, so that
-// the blocks of rows of X that stream past it find it there.
-const l2Bytes = 256 << 10
-
-// product computes C = X·Wᵀ in tiles of up to 16 rows of X by a block of
-// rows of W sized to stay in L2; the tiles are spread over the threads,
-// whole columns of tiles to a thread so each streams its block of W from
-// its own L2.
-func product(m, n, k int, x []float32, ldx int, w []float32, ldw int, c []float32, ldc int, threads int) error {
-	nc := max(4, min(n, l2Bytes/(4*max(k, 1)))/4*4)
-	rb, nb := (m+rowBlock-1)/rowBlock, (n+nc-1)/nc
-	tileFn := func(t int) error {
-		j0, i0 := (t/rb)*nc, (t%rb)*rowBlock
-		rows, cols := min(rowBlock, m-i0), min(nc, n-j0)
-		return gemv.F32(rows, cols, k, x[i0*ldx:], ldx, w[j0*ldw:], ldw, c[i0*ldc+j0:], ldc, 1)
+// checkOperand checks one rows×cols operand view.
+func checkOperand(name string, v Matrix, rows, cols int) error {
+	if v.RowStride < 0 || v.ColStride < 0 {
+		return fmt.Errorf("gemm: operand %s has negative strides %d,%d", name, v.RowStride, v.ColStride)
 	}
-	if rb*nb == 1 {
-		return gemv.F32(m, n, k, x, ldx, w, ldw, c, ldc, threads)
+	need, ok := span(rows, cols, v.RowStride, v.ColStride)
+	if !ok || len(v.Data) < need {
+		return fmt.Errorf("gemm: operand %s (%d×%d, strides %d,%d) needs %s elements, got %d",
+			name, rows, cols, v.RowStride, v.ColStride, needText(need, ok), len(v.Data))
 	}
-	var (
-		mu    sync.Mutex
-		first error
-	)
-	err := parallel.For(rb*nb, 1, threads, func(lo, hi int) {
-		for t := lo; t < hi; t++ {
-			if err := tileFn(t); err != nil {
-				mu.Lock()
-				first = err
-				mu.Unlock()
-				return
-			}
-		}
-	})
-	if err != nil {
-		return err
-	}
-	return first
+	return nil
 }
 
-// rowsOf returns the rows×cols view v as rows with contiguous columns, in
-// place when they are, else packed (free returns the packing buffer).
-func rowsOf(v Matrix, rows, cols, threads int) (data []float32, ld int, free func(), err error) {
-	if (cols == 1 || v.ColStride == 1) && (rows == 1 || v.RowStride >= cols) {
-		ld = v.RowStride
-		if rows == 1 {
-			ld = cols
-		}
-		return v.Data, ld, func() {}, nil
+// span is the length a rows×cols view with non-negative strides rs, cs
+// reaches, (rows-1)·rs + (cols-1)·cs + 1, and false if that overflows int.
+func span(rows, cols, rs, cs int) (int, bool) {
+	if rows == 0 || cols == 0 {
+		return 0, true
 	}
-	p := getBuf(rows * cols)
-	err = pack(*p, v, rows, cols, threads)
-	return *p, cols, func() { putBuf(p) }, err
-}
-
-// packTile is the side of the square tiles pack copies, so that both the
-// rows read and the rows written stay in L1.
-const packTile = 32
-
-// pack copies the view v into d as rows×cols row-major, tile by tile
-// (reading a transposed operand column by column would miss the cache on
-// every element), the row tiles spread over the threads.
-func pack(d []float32, v Matrix, rows, cols, threads int) error {
-	grain := max(1, 4096/(packTile*max(cols, 1)))
-	return parallel.For((rows+packTile-1)/packTile, grain, threads, func(lo, hi int) {
-		for ti := lo; ti < hi; ti++ {
-			i0, i1 := ti*packTile, min(rows, (ti+1)*packTile)
-			for j0 := 0; j0 < cols; j0 += packTile {
-				j1 := min(cols, j0+packTile)
-				for i := i0; i < i1; i++ {
-					row, src := d[i*cols+j0:i*cols+j1], v.Data[i*v.RowStride+j0*v.ColStride:]
-					for j := range row {
-						row[j] = src[j*v.ColStride]
-					}
-				}
-			}
-		}
-	})
-}
-
-var bufs sync.Pool // *[]float32
-
-func getBuf(n int) *[]float32 {
-	if p, ok := bufs.Get().(*[]float32); ok && cap(*p) >= n {
-		*p = (*p)[:n]
-		return p
+	x, ok1 := mulNonNeg(rows-1, rs)
+	y, ok2 := mulNonNeg(cols-1, cs)
+	if !ok1 || !ok2 || x > math.MaxInt-1-y {
+		return 0, false
 	}
-	s := make([]float32, n)
-	return &s
+	return x + y + 1, true
 }
 
-func putBuf(p *[]float32) { bufs.Put(p) }
+// mulNonNeg multiplies two non-negative ints, reporting overflow.
+func mulNonNeg(x, y int) (int, bool) {
+	if x != 0 && y > math.MaxInt/x {
+		return 0, false
+	}
+	return x * y, true
+}
+
+// needText writes a required length, or says it overflows.
+func needText(n int, ok bool) string {
+	if !ok {
+		return "more than MaxInt"
+	}
+	return fmt.Sprint(n)
+}

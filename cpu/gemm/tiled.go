@@ -1,0 +1,172 @@
+package gemm
+
+// The dot-product path: C = A·Bᵀ-style products on the matrix-vector
+// kernels of package gemv, for the shapes where it beats the packed BLIS
+// path of driver.go (Sgemm chooses, useTiled).
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/tensorbridge/tensorbridge/cpu/gemv"
+	"github.com/tensorbridge/tensorbridge/cpu/parallel"
+)
+
+// useTiled reports whether the dot-product path takes an m×n×k product:
+// all but the large ones (m and n at least 512, k at least 256), which the
+// packed micro-kernels run faster (1024³: 199 against 147 GFLOP/s on one
+// thread, 361 against 270 on two; ResNet and batch-1 encoder products the
+// other way round).
+func useTiled(m, n, k int) bool { return m < 512 || n < 512 || k < 256 }
+
+// rowBlock is the number of rows of A one kernel call takes.
+const rowBlock = 16
+
+// need returns the length a view of rows×cols needs.
+func (m Matrix) tiledNeed(rows, cols int) int {
+	if rows == 0 || cols == 0 {
+		return 0
+	}
+	return (rows-1)*m.RowStride + (cols-1)*m.ColStride + 1
+}
+
+// tiledSgemm is Sgemm on package gemv's kernels: blocks of up to 16 rows
+// of A against L2-sized blocks of Bᵀ, each output a dot product of
+// contiguous rows. It reads a B whose columns are contiguous (the patches
+// of an im2col convolution, a transposed weight) in place, and measured
+// faster than the packed path on the products of convolutions and of
+// sequence-length encoders (BENCHMARKS.md, "The embedded cpu engine").
+func tiledSgemm(m, n, k int, a, b Matrix, c []float32, ldc int, accumulate bool, threads int) error {
+	if m < 0 || n < 0 || k < 0 {
+		return fmt.Errorf("gemm: negative size m=%d n=%d k=%d", m, n, k)
+	}
+	if m == 0 || n == 0 {
+		return nil
+	}
+	if got, want := len(a.Data), a.tiledNeed(m, k); got < want || a.RowStride < 0 || a.ColStride < 0 {
+		return fmt.Errorf("gemm: operand A (%dx%d, strides %d,%d) needs %d elements, has %d", m, k, a.RowStride, a.ColStride, want, got)
+	}
+	if got, want := len(b.Data), b.tiledNeed(k, n); got < want || b.RowStride < 0 || b.ColStride < 0 {
+		return fmt.Errorf("gemm: operand B (%dx%d, strides %d,%d) needs %d elements, has %d", k, n, b.RowStride, b.ColStride, want, got)
+	}
+	if ldc < n || len(c) < (m-1)*ldc+n {
+		return fmt.Errorf("gemm: C (%dx%d, ldc %d) needs %d elements, has %d", m, n, ldc, (m-1)*ldc+n, len(c))
+	}
+	x, ldx, freeX, err := rowsOf(a, m, k, threads)
+	defer freeX()
+	if err != nil {
+		return err
+	}
+	w, ldw, freeW, err := rowsOf(Matrix{Data: b.Data, RowStride: b.ColStride, ColStride: b.RowStride}, n, k, threads)
+	defer freeW()
+	if err != nil {
+		return err
+	}
+	if !accumulate {
+		return product(m, n, k, x, ldx, w, ldw, c, ldc, threads)
+	}
+	t := getBuf(m * n)
+	defer putBuf(t)
+	if err := product(m, n, k, x, ldx, w, ldw, *t, n, threads); err != nil {
+		return err
+	}
+	for i := range m {
+		row, add := c[i*ldc:i*ldc+n], (*t)[i*n:(i+1)*n]
+		for j := range row {
+			row[j] += add[j]
+		}
+	}
+	return nil
+}
+
+// l2Bytes is the share of the L2 cache a block of Wᵀ may fill, so that
+// the blocks of rows of X that stream past it find it there.
+const l2Bytes = 256 << 10
+
+// product computes C = X·Wᵀ in tiles of up to 16 rows of X by a block of
+// rows of W sized to stay in L2; the tiles are spread over the threads,
+// whole columns of tiles to a thread so each streams its block of W from
+// its own L2.
+func product(m, n, k int, x []float32, ldx int, w []float32, ldw int, c []float32, ldc int, threads int) error {
+	nc := max(4, min(n, l2Bytes/(4*max(k, 1)))/4*4)
+	rb, nb := (m+rowBlock-1)/rowBlock, (n+nc-1)/nc
+	tileFn := func(t int) error {
+		j0, i0 := (t/rb)*nc, (t%rb)*rowBlock
+		rows, cols := min(rowBlock, m-i0), min(nc, n-j0)
+		return gemv.F32(rows, cols, k, x[i0*ldx:], ldx, w[j0*ldw:], ldw, c[i0*ldc+j0:], ldc, 1)
+	}
+	if rb*nb == 1 {
+		return gemv.F32(m, n, k, x, ldx, w, ldw, c, ldc, threads)
+	}
+	var (
+		mu    sync.Mutex
+		first error
+	)
+	err := parallel.For(rb*nb, 1, threads, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			if err := tileFn(t); err != nil {
+				mu.Lock()
+				first = err
+				mu.Unlock()
+				return
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return first
+}
+
+// rowsOf returns the rows×cols view v as rows with contiguous columns, in
+// place when they are, else packed (free returns the packing buffer).
+func rowsOf(v Matrix, rows, cols, threads int) (data []float32, ld int, free func(), err error) {
+	if (cols == 1 || v.ColStride == 1) && (rows == 1 || v.RowStride >= cols) {
+		ld = v.RowStride
+		if rows == 1 {
+			ld = cols
+		}
+		return v.Data, ld, func() {}, nil
+	}
+	p := getBuf(rows * cols)
+	err = pack(*p, v, rows, cols, threads)
+	return *p, cols, func() { putBuf(p) }, err
+}
+
+// packTile is the side of the square tiles pack copies, so that both the
+// rows read and the rows written stay in L1.
+const packTile = 32
+
+// pack copies the view v into d as rows×cols row-major, tile by tile
+// (reading a transposed operand column by column would miss the cache on
+// every element), the row tiles spread over the threads.
+func pack(d []float32, v Matrix, rows, cols, threads int) error {
+	grain := max(1, 4096/(packTile*max(cols, 1)))
+	return parallel.For((rows+packTile-1)/packTile, grain, threads, func(lo, hi int) {
+		for ti := lo; ti < hi; ti++ {
+			i0, i1 := ti*packTile, min(rows, (ti+1)*packTile)
+			for j0 := 0; j0 < cols; j0 += packTile {
+				j1 := min(cols, j0+packTile)
+				for i := i0; i < i1; i++ {
+					row, src := d[i*cols+j0:i*cols+j1], v.Data[i*v.RowStride+j0*v.ColStride:]
+					for j := range row {
+						row[j] = src[j*v.ColStride]
+					}
+				}
+			}
+		}
+	})
+}
+
+var bufs sync.Pool // *[]float32
+
+func getBuf(n int) *[]float32 {
+	if p, ok := bufs.Get().(*[]float32); ok && cap(*p) >= n {
+		*p = (*p)[:n]
+		return p
+	}
+	s := make([]float32, n)
+	return &s
+}
+
+func putBuf(p *[]float32) { bufs.Put(p) }
