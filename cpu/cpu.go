@@ -1,5 +1,8 @@
-// Package cpu is tensorbridge's embedded default backend: pure Go, on GoMLX's
-// simplego engine, needing no library, plugin or setup.
+// Package cpu is tensorbridge's embedded default backend: pure Go (with
+// Go-assembly kernels), needing no library, plugin or setup. It runs on
+// tensorbridge's own engine (package cpu/engine), which runs the ops it has
+// no kernel for through GoMLX's simplego; "cpu:engine=simplego" runs
+// simplego alone.
 //
 // Import it for its side effect of registering the "cpu" backend (package
 // tensorbridge already does):
@@ -26,7 +29,9 @@
 //
 // # Config
 //
-// The spec after "cpu:" is passed to simplego: "parallelism=N",
+// "engine=simplego" selects simplego alone ("engine=tensorbridge", the
+// default, the engine). The rest of the spec after "cpu:" is passed to
+// simplego: "parallelism=N",
 // "ops_parallel" (faster on wide graphs, but a panic inside an op then ends
 // the process), "dotgeneral_small", "dotgeneral_large".
 package cpu
@@ -58,7 +63,7 @@ type Driver struct{}
 // Probe always reports the backend available: it is pure Go.
 func (Driver) Probe(ctx context.Context) driver.Availability {
 	return driver.Availability{Available: true, Devices: 1,
-		Reason: "pure Go (GoMLX simplego), embedded, always available"}
+		Reason: "pure Go (tensorbridge's cpu engine), embedded, always available"}
 }
 
 // Open starts a simplego engine.

@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	cpuengine "github.com/tensorbridge/tensorbridge/cpu/engine"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/gomlx/gomlx/backends"
 
 	"github.com/tensorbridge/tensorbridge"
 	"github.com/tensorbridge/tensorbridge/ir"
@@ -177,10 +178,10 @@ func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err e
 	en := &Engine{m: m, opts: o, slots: slots, prefill: map[int]*tensorbridge.Executable{}, decode: map[decodeKey]*tensorbridge.Executable{},
 		queue: make(chan *seq, o.MaxQueue), closing: make(chan struct{}), done: make(chan struct{})}
 	en.cacheShape = ir.MakeShape(m.dtype, slots+1, m.maxContext, c.Layers, c.KVHeads, c.HeadDim)
-	// GoMLX's simplego has no DynamicUpdateSlice: under cpu:engine=simplego
-	// the cache is written by ScatterUpdate (a pass over the whole cache);
-	// tensorbridge's cpu engine updates the donated cache in place.
-	en.scatter = m.b.Name() == "cpu" && m.b.Engine().Name() != cpuengine.Name
+	// An engine without DynamicUpdateSlice (GoMLX's simplego, under
+	// cpu:engine=simplego) writes the cache by ScatterUpdate, a pass over
+	// the whole cache; the others update the donated cache in place.
+	en.scatter = !m.b.Engine().Capabilities().Operations[backends.OpTypeDynamicUpdateSlice]
 	defer func() {
 		if err != nil {
 			en.release()

@@ -6,15 +6,14 @@ import (
 
 	"github.com/tensorbridge/tensorbridge/cpu/gemm"
 	"github.com/tensorbridge/tensorbridge/cpu/parallel"
-	"github.com/tensorbridge/tensorbridge/cpu/vec"
 )
 
 // Convolutions (XLA's ConvGeneral, any layout, strides, padding, input and
 // kernel dilations, feature groups) of float32. Each group is one product
 // of its kernel, as a [Og, Cg·∏K] matrix, by the patches of its input,
 // one row of Cg·∏K values per output position (im2col), computed in
-// chunks of positions so the patches stay in cache; depthwise
-// convolutions (one input channel per group) run as a direct loop instead.
+// chunks of positions so the patches stay in cache. Pointwise and
+// depthwise convolutions run on package conv instead (convdirect.go).
 // Constant kernels are packed once, at compile time.
 
 // convPlan is one convolution.
@@ -31,7 +30,7 @@ type convPlan struct {
 	out                       shapes.Shape
 	taps, positions           int // ∏K and ∏ output spatial
 	contiguousOut             bool
-	// tapMajor: two spatial axes, no input dilation, not depthwise: patches
+	// tapMajor: two spatial axes, no input dilation: patches
 	// are laid out (tap, channel) and read from a channels-last copy of
 	// the input, a run of Cg channels per tap.
 	tapMajor bool
@@ -93,7 +92,7 @@ func newConvPlan(n *node, a convAttr) *convPlan {
 		p.taps *= p.kSp[i]
 		p.positions *= p.outSp[i]
 	}
-	p.tapMajor = len(p.outSp) == 2 && p.inDil[0] == 1 && p.inDil[1] == 1 && !(p.cg == 1 && p.og == 1)
+	p.tapMajor = len(p.outSp) == 2 && p.inDil[0] == 1 && p.inDil[1] == 1
 	// The output positions of a channel are one contiguous run when the
 	// spatial axes are row-major and innermost.
 	p.contiguousOut = true
@@ -164,11 +163,7 @@ func (p *convPlan) run(r *run, x backends.Buffer, w []float32) ([]backends.Buffe
 	if p.positions == 0 || p.batch == 0 || p.og == 0 {
 		return r.one(ob), nil
 	}
-	if p.cg == 1 && p.og == 1 {
-		err = p.depthwise(in, w, out, r.threads)
-	} else {
-		err = p.im2col(in, w, out, r.threads)
-	}
+	err = p.im2col(in, w, out, r.threads)
 	if err != nil {
 		_ = r.x.e.inner.BufferFinalize(ob)
 		return nil, err
@@ -193,10 +188,6 @@ func (p *convPlan) coord(i, o, k int) int {
 // patch writes the Cg·∏K values output position pos of batch b, group g
 // reads into dst (0 for padding).
 func (p *convPlan) patch(dst, in []float32, b, g, pos int, oidx, kidx []int) {
-	if len(p.outSp) == 2 && p.inDil[0] == 1 && p.inDil[1] == 1 {
-		p.patch2D(dst, in, b, g, pos)
-		return
-	}
 	rem := pos
 	for i := len(p.outSp) - 1; i >= 0; i-- {
 		oidx[i], rem = rem%p.outSp[i], rem/p.outSp[i]
@@ -263,31 +254,6 @@ func (p *convPlan) patchTaps(dst, src []float32, base int, pix []int, pos int) {
 				continue
 			}
 			copy(d, src[base+ih*pix[0]+iw*pix[1]:])
-		}
-	}
-}
-
-// patch2D is patch for two spatial axes without input dilation.
-func (p *convPlan) patch2D(dst, in []float32, b, g, pos int) {
-	oh, ow := pos/p.outSp[1], pos%p.outSp[1]
-	kh, kw := p.kSp[0], p.kSp[1]
-	base := b*p.inB + g*p.cg*p.inC
-	for y := range kh {
-		ih := oh*p.strides[0] - p.pad[0] + y*p.kDil[0]
-		rowOK := ih >= 0 && ih < p.inSp[0]
-		for x := range kw {
-			iw := ow*p.strides[1] - p.pad[1] + x*p.kDil[1]
-			t := y*kw + x
-			if !rowOK || iw < 0 || iw >= p.inSp[1] {
-				for c := range p.cg {
-					dst[c*p.taps+t] = 0
-				}
-				continue
-			}
-			src := in[base+ih*p.inSt[0]+iw*p.inSt[1]:]
-			for c := range p.cg {
-				dst[c*p.taps+t] = src[c*p.inC]
-			}
 		}
 	}
 }
@@ -365,92 +331,4 @@ func (p *convPlan) scatter(out, t []float32, b, g, p0, n int, oidx []int) {
 			out[off+o*p.outC] = t[o*n+q]
 		}
 	}
-}
-
-// depthwise2D convolves one channel plane (two spatial axes, no input
-// dilation) row by row: per tap, a run of outputs accumulates the tap
-// times a strided run of the input row, in the taps' row-major order (the
-// order of the generic loop).
-func (p *convPlan) depthwise2D(in, wg, out []float32, inBase, outBase int, acc, tmp []float32) {
-	oh, ow := p.outSp[0], p.outSp[1]
-	for y := range oh {
-		clear(acc)
-		for ky := range p.kSp[0] {
-			ih := y*p.strides[0] - p.pad[0] + ky*p.kDil[0]
-			if ih < 0 || ih >= p.inSp[0] {
-				continue
-			}
-			row := in[inBase+ih*p.inSt[0]:]
-			for kx := range p.kSp[1] {
-				wt := wg[ky*p.kSp[1]+kx]
-				off := kx*p.kDil[1] - p.pad[1]
-				lo, hi := rangeInside(off, p.strides[1], p.inSp[1], ow)
-				if step := p.strides[1] * p.inSt[1]; step == 1 && hi > lo {
-					// The same two roundings as the loop below (Go does not
-					// contract a*b+c on amd64), vectorised.
-					t := tmp[:hi-lo]
-					vec.MulS(t, row[(lo*p.strides[1]+off)*p.inSt[1]:], wt)
-					vec.Add(acc[lo:hi], acc[lo:hi], t)
-					continue
-				}
-				for x := lo; x < hi; x++ {
-					acc[x] += wt * row[(x*p.strides[1]+off)*p.inSt[1]]
-				}
-			}
-		}
-		dst := outBase + y*p.outSt[0]
-		for x, v := range acc {
-			out[dst+x*p.outSt[1]] = v
-		}
-	}
-}
-
-// rangeInside returns the outputs x in [0, n) whose input x·stride+off
-// lies in [0, size).
-func rangeInside(off, stride, size, n int) (lo, hi int) {
-	lo = 0
-	if off < 0 {
-		lo = (-off + stride - 1) / stride
-	}
-	hi = n
-	if last := size - 1 - off; last < 0 {
-		hi = 0
-	} else {
-		hi = min(n, last/stride+1)
-	}
-	return min(lo, hi), hi
-}
-
-// depthwise convolves each channel by its own taps, directly.
-func (p *convPlan) depthwise(in, w, out []float32, threads int) error {
-	if len(p.outSp) == 2 && p.inDil[0] == 1 && p.inDil[1] == 1 {
-		return parallel.For(p.batch*p.groups, 1, threads, func(lo, hi int) {
-			acc, tmp := make([]float32, p.outSp[1]), make([]float32, p.outSp[1])
-			for bg := lo; bg < hi; bg++ {
-				b, g := bg/p.groups, bg%p.groups
-				p.depthwise2D(in, w[g*p.taps:(g+1)*p.taps], out, b*p.inB+g*p.inC, b*p.outB+g*p.outC, acc, tmp)
-			}
-		})
-	}
-	return parallel.For(p.batch*p.groups, 1, threads, func(lo, hi int) {
-		patch := make([]float32, p.taps)
-		oidx, kidx := make([]int, len(p.outSp)), make([]int, len(p.kSp))
-		for bg := lo; bg < hi; bg++ {
-			b, g := bg/p.groups, bg%p.groups
-			wg := w[g*p.taps : (g+1)*p.taps]
-			for pos := range p.positions {
-				p.patch(patch, in, b, g, pos, oidx, kidx)
-				var s float32
-				for t, v := range patch {
-					s += wg[t] * v
-				}
-				off, rem := b*p.outB+g*p.outC, pos
-				for i := len(p.outSp) - 1; i >= 0; i-- {
-					off += rem % p.outSp[i] * p.outSt[i]
-					rem /= p.outSp[i]
-				}
-				out[off] = s
-			}
-		}
-	})
 }

@@ -46,38 +46,21 @@ func convKernelPkg(e *Engine, n *node, a convAttr) (kernel, []*value) {
 	}, n.in
 }
 
-// convParamsPkg describes the convolution n for package conv.
+// convParamsPkg describes the convolution n for package conv, from the
+// same axis and stride analysis as the im2col path (newConvPlan).
 func convParamsPkg(n *node, a convAttr) *conv.ConvParams {
-	in, ker, out := n.in[0].shape(), n.in[1].shape(), n.shapes[0]
-	ist, kst, ost := rowMajorStrides(in.Dimensions), rowMajorStrides(ker.Dimensions), rowMajorStrides(out.Dimensions)
-	ax := a.axes
-	p := &conv.ConvParams{
-		Batch: in.Dimensions[ax.InputBatch], InChannels: in.Dimensions[ax.InputChannels],
-		OutChannels: out.Dimensions[ax.OutputChannels], Groups: max(a.channelGroups, 1),
-		InBatchStride: ist[ax.InputBatch], InChanStride: ist[ax.InputChannels],
-		KerOutStride: kst[ax.KernelOutputChannels], KerInStride: kst[ax.KernelInputChannels],
-		OutBatchStride: ost[ax.OutputBatch], OutChanStride: ost[ax.OutputChannels],
+	p := newConvPlan(n, a)
+	return &conv.ConvParams{
+		Batch: p.batch, InChannels: p.cg * p.groups, OutChannels: p.og * p.groups, Groups: p.groups,
+		InSpatial: p.inSp, KernelSpatial: p.kSp, OutSpatial: p.outSp,
+		Strides: p.strides, KernelDilations: p.kDil, InputDilations: p.inDil, PadLow: p.pad,
+		InBatchStride: p.inB, InChanStride: p.inC, InSpatialStrides: p.inSt,
+		KerOutStride: p.kO, KerInStride: p.kC, KerSpatialStrides: p.kSt,
+		OutBatchStride: p.outB, OutChanStride: p.outC, OutSpatialStrides: p.outSt,
 	}
-	for i := range ax.InputSpatial {
-		p.InSpatial = append(p.InSpatial, in.Dimensions[ax.InputSpatial[i]])
-		p.KernelSpatial = append(p.KernelSpatial, ker.Dimensions[ax.KernelSpatial[i]])
-		p.OutSpatial = append(p.OutSpatial, out.Dimensions[ax.OutputSpatial[i]])
-		p.InSpatialStrides = append(p.InSpatialStrides, ist[ax.InputSpatial[i]])
-		p.KerSpatialStrides = append(p.KerSpatialStrides, kst[ax.KernelSpatial[i]])
-		p.OutSpatialStrides = append(p.OutSpatialStrides, ost[ax.OutputSpatial[i]])
-		p.Strides = append(p.Strides, at(a.strides, i, 1))
-		p.KernelDilations = append(p.KernelDilations, at(a.kerDil, i, 1))
-		p.InputDilations = append(p.InputDilations, at(a.inDil, i, 1))
-		low := 0
-		if i < len(a.paddings) {
-			low = a.paddings[i][0]
-		}
-		p.PadLow = append(p.PadLow, low)
-	}
-	return p
 }
 
-// runConv runs a convolution of x by kernel, or by packed (a kernel
+// runConvPkg runs a convolution of x by kernel, or by packed (a kernel
 // packed by conv.PackKernel) when kernel is nil.
 func runConvPkg(r *run, x, kernel backends.Buffer, packed []float32, p *conv.ConvParams, outShape shapes.Shape) ([]backends.Buffer, error) {
 	in, err := r.f32(x)

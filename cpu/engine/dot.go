@@ -88,8 +88,8 @@ func (p *dotPlan) packWeights(flat []float32) []float32 {
 	return packed
 }
 
-// runPacked computes the product with a right operand packed by
-// packWeights.
+// runPacked computes the product of x by rhs, the right operand's values
+// in the order p.rhs reads them (packed by packWeights for a constant).
 func (p *dotPlan) runPacked(r *run, x backends.Buffer, rhs []float32) ([]backends.Buffer, error) {
 	lhs, err := r.f32(x)
 	if err != nil {
@@ -203,29 +203,11 @@ func group(dims, st []int, axes []int) (size, stride int, ok bool) {
 
 // run computes the product.
 func (p *dotPlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, error) {
-	lhs, err := r.f32(ins[0])
-	if err != nil {
-		return nil, err
-	}
 	rhs, err := r.f32(ins[1])
 	if err != nil {
 		return nil, err
 	}
-	lhs, rhs = p.lhs.materialize(lhs), p.rhs.materialize(rhs)
-	out, flat, err := r.alloc(p.out)
-	if err != nil {
-		return nil, err
-	}
-	if p.m <= gemvRows && p.weightsView() {
-		err = p.gemvF32(r, lhs, rhs, flat.([]float32))
-	} else {
-		err = p.gemms(r, lhs, rhs, flat.([]float32))
-	}
-	if err != nil {
-		_ = r.x.e.inner.BufferFinalize(out)
-		return nil, err
-	}
-	return r.one(out), nil
+	return p.runPacked(r, ins[0], p.rhs.materialize(rhs))
 }
 
 // materialize returns the operand's values in the order the view reads:

@@ -161,7 +161,6 @@ type region struct {
 type fusedLoad struct {
 	slot    int
 	strides []int // per collapsed output axis
-	bool    bool  // a bool value, read as 1 or 0
 }
 
 // fusedOp computes one member into register dst from registers a, b.
@@ -450,7 +449,7 @@ func (c *compiler) compileRegion(rg *region) step {
 	st.ins = loadSlots
 	f.dims, f.outSt, loadStrides = collapse(dims, rowMajorStrides(dims), loadStrides)
 	for i, s := range loadSlots {
-		f.loads = append(f.loads, fusedLoad{slot: s, strides: loadStrides[i], bool: c.p.slots[s].shape.DType == dtypes.Bool})
+		f.loads = append(f.loads, fusedLoad{slot: s, strides: loadStrides[i]})
 	}
 	return st
 }

@@ -197,3 +197,19 @@ func (p *windowPlan) combineRun(acc, row []float32, start, stride int) {
 		vec.Add(acc, acc, src)
 	}
 }
+
+// rangeInside returns the outputs x in [0, n) whose input x·stride+off
+// lies in [0, size).
+func rangeInside(off, stride, size, n int) (lo, hi int) {
+	lo = 0
+	if off < 0 {
+		lo = (-off + stride - 1) / stride
+	}
+	hi = n
+	if last := size - 1 - off; last < 0 {
+		hi = 0
+	} else {
+		hi = min(n, last/stride+1)
+	}
+	return min(lo, hi), hi
+}

@@ -5,7 +5,6 @@ package gemm
 // path of driver.go (Sgemm chooses, useTiled).
 
 import (
-	"fmt"
 	"sync"
 
 	"github.com/tensorbridge/tensorbridge/cpu/gemv"
@@ -22,35 +21,16 @@ func useTiled(m, n, k int) bool { return m < 512 || n < 512 || k < 256 }
 // rowBlock is the number of rows of A one kernel call takes.
 const rowBlock = 16
 
-// need returns the length a view of rows×cols needs.
-func (m Matrix) tiledNeed(rows, cols int) int {
-	if rows == 0 || cols == 0 {
-		return 0
-	}
-	return (rows-1)*m.RowStride + (cols-1)*m.ColStride + 1
-}
-
-// tiledSgemm is Sgemm on package gemv's kernels: blocks of up to 16 rows
+// tiledSgemm is Sgemm, its operands already validated (validate), on
+// package gemv's kernels: blocks of up to 16 rows
 // of A against L2-sized blocks of Bᵀ, each output a dot product of
 // contiguous rows. It reads a B whose columns are contiguous (the patches
 // of an im2col convolution, a transposed weight) in place, and measured
 // faster than the packed path on the products of convolutions and of
 // sequence-length encoders (BENCHMARKS.md, "The embedded cpu engine").
 func tiledSgemm(m, n, k int, a, b Matrix, c []float32, ldc int, accumulate bool, threads int) error {
-	if m < 0 || n < 0 || k < 0 {
-		return fmt.Errorf("gemm: negative size m=%d n=%d k=%d", m, n, k)
-	}
 	if m == 0 || n == 0 {
 		return nil
-	}
-	if got, want := len(a.Data), a.tiledNeed(m, k); got < want || a.RowStride < 0 || a.ColStride < 0 {
-		return fmt.Errorf("gemm: operand A (%dx%d, strides %d,%d) needs %d elements, has %d", m, k, a.RowStride, a.ColStride, want, got)
-	}
-	if got, want := len(b.Data), b.tiledNeed(k, n); got < want || b.RowStride < 0 || b.ColStride < 0 {
-		return fmt.Errorf("gemm: operand B (%dx%d, strides %d,%d) needs %d elements, has %d", k, n, b.RowStride, b.ColStride, want, got)
-	}
-	if ldc < n || len(c) < (m-1)*ldc+n {
-		return fmt.Errorf("gemm: C (%dx%d, ldc %d) needs %d elements, has %d", m, n, ldc, (m-1)*ldc+n, len(c))
 	}
 	x, ldx, freeX, err := rowsOf(a, m, k, threads)
 	defer freeX()
