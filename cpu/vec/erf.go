@@ -16,6 +16,7 @@ import "math"
 // Where: |x| < 1: x·g(x²) with g(u) = erf(√u)/√u (odd, so the sign and
 // -0 come out of the product); 1 ≤ |x| < 4 on three unit intervals; beyond
 // 4, ±1 (erf(4) = 1 - 1.5e-8 rounds to 1 in float32); NaN stays NaN.
+//
 //go:generate go run gen_erf.go
 func Erf(d, a []float32) { erfWith(active, d, a) }
 

@@ -127,4 +127,3 @@ func main() {
 		panic(err)
 	}
 }
-
