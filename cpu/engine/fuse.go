@@ -114,12 +114,22 @@ var binaryOps = map[backends.OpType]func(d, a, b []float32){
 	backends.OpTypeDiv: vec.Div,
 	backends.OpTypeMax: vec.Max,
 	backends.OpTypeMin: vec.Min,
-	backends.OpTypePow: func(d, a, b []float32) {
-		a, b = a[:len(d)], b[:len(d)]
-		for i := range d {
-			d[i] = float32(math.Pow(float64(a[i]), float64(b[i])))
+	backends.OpTypePow: pow,
+}
+
+// pow is float32(math.Pow(a, b)) per element. A square (the variance of
+// a layer norm exported as Pow(x - mean, 2)) is a·a: the float64 square
+// of a float32 is exact, so both round to the same float32; NaN bases
+// keep math.Pow's NaN.
+func pow(d, a, b []float32) {
+	a, b = a[:len(d)], b[:len(d)]
+	for i, x := range a {
+		if b[i] == 2 && x == x {
+			d[i] = x * x
+			continue
 		}
-	},
+		d[i] = float32(math.Pow(float64(x), float64(b[i])))
+	}
 }
 
 // adapter reports whether n only moves values (a broadcast, reshape or

@@ -124,6 +124,12 @@ var fuseCases = []fuseCase{
 			return []backends.Op{tanh(b, x), exp(b, x), abs(b, x), logOp(b, abs(b, x)), powOp(b, abs(b, x), x)}
 		})
 	}, nil},
+	{"pow squares as a product", [][]int{{3, 131}, {3, 131}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+		return catch(func() []backends.Op {
+			two := bcast(b, scalar(b, 2), []int{3, 131})
+			return []backends.Op{powOp(b, p[0], two), powOp(b, p[0], scalar(b, 2)), powOp(b, p[1], p[0])}
+		})
+	}, nil},
 	{"scalar graph", [][]int{{}, {}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
 		return catch(func() []backends.Op { return []backends.Op{mul(b, add(b, p[0], p[1]), p[1])} })
 	}, nil},
@@ -185,7 +191,8 @@ var fuseCases = []fuseCase{
 func TestFusionBitExact(t *testing.T) {
 	e, oracle := newPair(t)
 	rng := rand.New(rand.NewPCG(5, 6))
-	special := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1e-40, -3e38}
+	special := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1e-40, -3e38,
+		math.Float32frombits(0x7fc01234)} // a NaN with its own payload
 	for _, c := range fuseCases {
 		t.Run(c.name, func(t *testing.T) {
 			var ins []shapes.Shape
