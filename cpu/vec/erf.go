@@ -15,12 +15,12 @@ import "math"
 //
 // Where: |x| < 1: x·g(x²) with g(u) = erf(√u)/√u (odd, so the sign and
 // -0 come out of the product); 1 ≤ |x| < 4 on three unit intervals; beyond
-// 4, ±1 (erf(4) = 1 - 1.5e-8 rounds to 1 in float32); NaN stays NaN.
+// 4, ±1 (erf(4) = 1 - 1.5e-8 rounds to 1 in float32); NaN gives math.Erf's NaN.
 //
-//go:generate go run gen_erf.go
+//go:generate go run gen_math.go
 func Erf(d, a []float32) { erfWith(active, d, a) }
 
-// erfWith is Erf on kernel k: the AVX-512 assembly (gen_erf.go, the same
+// erfWith is Erf on kernel k: the AVX-512 assembly (gen_math.go, the same
 // series in float64 lanes with fused multiply-adds, so within one ulp of
 // the Go loop and as rarely off math.Erf's rounding) or the Go loop.
 func erfWith(k kernel, d, a []float32) {
@@ -46,7 +46,7 @@ func erf32(x float32) float32 {
 		}
 		return float32(r)
 	case v != v:
-		return float32(v)
+		return float32(math.NaN()) // as math.Erf: its own NaN, not the input's
 	}
 	return float32(math.Copysign(1, v))
 }

@@ -16,4 +16,6 @@ func f32ToBoolArch(k kernel, d []bool, a []float32) int             { return 0 }
 
 func maxReduceArch(k kernel, a []float32) (m float32, nan, ok bool) { return 0, false, false }
 
-func erfArch(k kernel, d, a []float32) bool { return false }
+func erfArch(k kernel, d, a []float32) bool      { return false }
+func expArch(k kernel, d, a []float32) bool      { return false }
+func logisticArch(k kernel, d, a []float32) bool { return false }

@@ -1,0 +1,65 @@
+//go:build !purego
+
+package vec
+
+import "golang.org/x/sys/cpu"
+
+//go:noescape
+func erfAVX512(d, a *float32, n int, small *[erfSmallN]float64, large *[erfLargeN][8]float64)
+
+//go:noescape
+func expAVX512(d, a *float32, n int)
+
+//go:noescape
+func logisticAVX512(d, a *float32, n int)
+
+// erfLargeLanes holds the coefficients of the three unit-interval series
+// lane-wise (coefficient j of interval i at [j][i]) for the assembly's
+// per-lane VPERMPD.
+var erfLargeLanes = func() (t [erfLargeN][8]float64) {
+	for i, s := range erfLarge {
+		for j, c := range s.c {
+			t[j][i] = c
+		}
+	}
+	return t
+}()
+
+// erfSmallCoef is erfSmall's coefficients as the assembly reads them.
+var erfSmallCoef = [erfSmallN]float64(erfSmall.c)
+
+// mathKernel reports whether kernel k runs the float64-lane assembly of
+// gen_math.go: AVX-512 with DQ (float64 ↔ int64 conversions) as well.
+func mathKernel(k kernel, n int) bool {
+	return k == kernAVX512 && cpu.X86.HasAVX512DQ && n > 0
+}
+
+// erfArch runs Erf on the assembly and reports whether it did.
+func erfArch(k kernel, d, a []float32) bool {
+	if !mathKernel(k, len(d)) {
+		return false
+	}
+	_ = a[len(d)-1]
+	erfAVX512(&d[0], &a[0], len(d), &erfSmallCoef, &erfLargeLanes)
+	return true
+}
+
+// expArch runs Exp on the assembly and reports whether it did.
+func expArch(k kernel, d, a []float32) bool {
+	if !mathKernel(k, len(d)) {
+		return false
+	}
+	_ = a[len(d)-1]
+	expAVX512(&d[0], &a[0], len(d))
+	return true
+}
+
+// logisticArch runs Logistic on the assembly and reports whether it did.
+func logisticArch(k kernel, d, a []float32) bool {
+	if !mathKernel(k, len(d)) {
+		return false
+	}
+	_ = a[len(d)-1]
+	logisticAVX512(&d[0], &a[0], len(d))
+	return true
+}
