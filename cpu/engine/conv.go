@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"sync/atomic"
+
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 
@@ -259,61 +261,113 @@ func (p *convPlan) patchTaps(dst, src []float32, base int, pix []int, pos int) {
 }
 
 // im2col computes each (batch, group, chunk of positions) as a product of
-// the group's kernel rows by the chunk's patches.
+// the group's kernel rows by the chunk's patches. With at least two chunks
+// per thread, each thread takes whole chunks (it builds the patches and
+// multiplies them alone, so the patches stay in its cache and the threads
+// never wait for each other within the layer); otherwise every chunk is
+// split between the threads, patches and product.
 func (p *convPlan) im2col(in, w, out []float32, threads int) error {
 	row, ch := p.cg*p.taps, p.chunk()
-	cols := getF32(ch * row)
-	defer putF32(cols)
-	var tmp *[]float32
-	if !p.contiguousOut {
-		tmp = getF32(p.og * ch)
-		defer putF32(tmp)
-	}
-	oidx, kidx := make([]int, len(p.outSp)), make([]int, len(p.kSp))
-	var nhwc *[]float32
+	nch := (p.positions + ch - 1) / ch
+	ch = (p.positions + nch - 1) / nch // equal chunks
+	tasks, t := p.batch*p.groups*nch, parallel.Threads(threads)
+	src, pix, imgStride := in, p.inSt, p.inB // the channels-last view of the input
 	if p.tapMajor && p.inC != 1 {
-		nhwc = getF32(p.inSp[0] * p.inSp[1] * p.cg * p.groups)
+		imgStride = p.inSp[0] * p.inSp[1] * p.cg * p.groups
+		nhwc := getF32(p.batch * imgStride)
 		defer putF32(nhwc)
-	}
-	for b := range p.batch {
-		src, pix, base := in, p.inSt, b*p.inB // channels-last view of batch b
-		if nhwc != nil {
-			p.channelsLast(*nhwc, in[b*p.inB:], threads)
-			src, pix, base = *nhwc, []int{p.inSp[1] * p.cg * p.groups, p.cg * p.groups}, 0
+		for b := range p.batch {
+			p.channelsLast((*nhwc)[b*imgStride:], in[b*p.inB:], threads)
 		}
-		for g := range p.groups {
-			for p0 := 0; p0 < p.positions; p0 += ch {
-				n := min(ch, p.positions-p0)
-				c := (*cols)[:n*row]
-				if err := parallel.For(n, 64, threads, func(lo, hi int) {
-					oi, ki := make([]int, len(oidx)), make([]int, len(kidx))
-					for q := lo; q < hi; q++ {
-						if p.tapMajor {
-							p.patchTaps(c[q*row:(q+1)*row], src, base+g*p.cg, pix, p0+q)
-						} else {
-							p.patch(c[q*row:(q+1)*row], in, b, g, p0+q, oi, ki)
-						}
-					}
-				}); err != nil {
-					return err
+		src, pix = *nhwc, []int{p.inSp[1] * p.cg * p.groups, p.cg * p.groups}
+	}
+	chunkOf := func(i int) (b, g, p0, n int) {
+		b, g, c := i/(p.groups*nch), i/nch%p.groups, i%nch
+		return b, g, c * ch, min(ch, p.positions-c*ch)
+	}
+	if t > 1 && tasks >= 2*t {
+		var first atomic.Pointer[error]
+		perr := parallel.For(tasks, 1, t, func(lo, hi int) {
+			cw := p.newChunkWork(row, ch)
+			defer cw.free()
+			for i := lo; i < hi; i++ {
+				b, g, p0, n := chunkOf(i)
+				if err := cw.product(p, src, pix, b*imgStride, in, w, out, b, g, p0, n, 1); err != nil {
+					first.CompareAndSwap(nil, &err)
+					return
 				}
-				wg := gemm.Matrix{Data: w[g*p.og*row:], RowStride: row, ColStride: 1}
-				patches := gemm.Matrix{Data: c, RowStride: 1, ColStride: row}
-				if p.contiguousOut {
-					dst := out[b*p.outB+g*p.og*p.outC+p0:]
-					if err := gemm.Sgemm(p.og, n, row, wg, patches, dst, p.outC, false, threads); err != nil {
-						return err
-					}
-					continue
-				}
-				t := (*tmp)[:p.og*n]
-				if err := gemm.Sgemm(p.og, n, row, wg, patches, t, n, false, threads); err != nil {
-					return err
-				}
-				p.scatter(out, t, b, g, p0, n, oidx)
+			}
+		})
+		if e := first.Load(); e != nil {
+			return *e
+		}
+		return perr
+	}
+	cw := p.newChunkWork(row, ch)
+	defer cw.free()
+	for i := range tasks {
+		b, g, p0, n := chunkOf(i)
+		if err := cw.product(p, src, pix, b*imgStride, in, w, out, b, g, p0, n, threads); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chunkWork is the scratch of one thread's chunks: patches, the product
+// tile of a non-contiguous output, index vectors.
+type chunkWork struct {
+	cols, tmp  *[]float32
+	oidx, kidx []int
+}
+
+func (p *convPlan) newChunkWork(row, ch int) *chunkWork {
+	cw := &chunkWork{cols: getF32(ch * row), oidx: make([]int, len(p.outSp)), kidx: make([]int, len(p.kSp))}
+	if !p.contiguousOut {
+		cw.tmp = getF32(p.og * ch)
+	}
+	return cw
+}
+
+func (cw *chunkWork) free() {
+	putF32(cw.cols)
+	if cw.tmp != nil {
+		putF32(cw.tmp)
+	}
+}
+
+// product computes positions p0..p0+n of batch b, group g: the patches
+// (from the channels-last view src at base, or from in), then the kernel
+// rows times them, on up to threads threads.
+func (cw *chunkWork) product(p *convPlan, src []float32, pix []int, base int, in, w, out []float32, b, g, p0, n, threads int) error {
+	row := p.cg * p.taps
+	c := (*cw.cols)[:n*row]
+	if err := parallel.For(n, 64, threads, func(lo, hi int) {
+		oi, ki := cw.oidx, cw.kidx
+		if threads > 1 {
+			oi, ki = make([]int, len(p.outSp)), make([]int, len(p.kSp))
+		}
+		for q := lo; q < hi; q++ {
+			if p.tapMajor {
+				p.patchTaps(c[q*row:(q+1)*row], src, base+g*p.cg, pix, p0+q)
+			} else {
+				p.patch(c[q*row:(q+1)*row], in, b, g, p0+q, oi, ki)
 			}
 		}
+	}); err != nil {
+		return err
 	}
+	wg := gemm.Matrix{Data: w[g*p.og*row:], RowStride: row, ColStride: 1}
+	patches := gemm.Matrix{Data: c, RowStride: 1, ColStride: row}
+	if p.contiguousOut {
+		dst := out[b*p.outB+g*p.og*p.outC+p0:]
+		return gemm.Sgemm(p.og, n, row, wg, patches, dst, p.outC, false, threads)
+	}
+	t := (*cw.tmp)[:p.og*n]
+	if err := gemm.Sgemm(p.og, n, row, wg, patches, t, n, false, threads); err != nil {
+		return err
+	}
+	p.scatter(out, t, b, g, p0, n, cw.oidx)
 	return nil
 }
 

@@ -243,6 +243,12 @@ type space struct {
 	regs    [][]float32
 	scratch []float32
 	idx     []int
+	// filled[i] is the value load i's register holds in every one of its
+	// tile elements (a broadcast read), valid when hasFill[i]: the next
+	// tile that broadcasts the same bits skips the fill (a bias along a
+	// long row, a clip's bounds).
+	filled  []uint32
+	hasFill []bool
 }
 
 // workspace returns a worker's registers, reused across runs.
@@ -250,7 +256,8 @@ func (f *fusedPlan) workspace() *space {
 	if w, ok := f.spaces.Get().(*space); ok {
 		return w
 	}
-	return &space{regs: make([][]float32, f.nregs), scratch: make([]float32, f.nregs*tile), idx: make([]int, len(f.dims))}
+	return &space{regs: make([][]float32, f.nregs), scratch: make([]float32, f.nregs*tile), idx: make([]int, len(f.dims)),
+		filled: make([]uint32, len(f.loads)), hasFill: make([]bool, len(f.loads))}
 }
 
 // fusedRun is one run of a fused region.
@@ -277,7 +284,7 @@ func (t *fusedRun) tiles(lo, hi int) {
 		idx[len(idx)-1] = piece * tile
 		n := min(tile, inner-idx[len(idx)-1])
 		for i := range f.loads {
-			regs[i] = f.loads[i].read(t.srcs[i], idx, n, scratch[i*tile:(i+1)*tile])
+			regs[i] = f.loads[i].read(w, i, t.srcs[i], idx, n, scratch[i*tile:(i+1)*tile])
 		}
 		out := offset(idx, f.outSt)
 		for _, op := range f.ops {
@@ -333,10 +340,21 @@ func offset(idx, st []int) int {
 }
 
 // read returns the n values of the tile at idx: a view of src when they
-// are contiguous float32, else buf filled.
-func (ld *fusedLoad) read(src any, idx []int, n int, buf []float32) []float32 {
+// are contiguous float32, else buf filled; a broadcast value (stride 0)
+// is filled once into load i's register of workspace w and kept while the
+// following tiles broadcast the same bits.
+func (ld *fusedLoad) read(w *space, i int, src any, idx []int, n int, buf []float32) []float32 {
 	o := offset(idx, ld.strides)
 	s := ld.strides[len(ld.strides)-1]
+	if v, ok := src.([]float32); ok && s == 0 {
+		bits := math.Float32bits(v[o])
+		if !w.hasFill[i] || w.filled[i] != bits {
+			vec.Fill(buf, v[o])
+			w.filled[i], w.hasFill[i] = bits, true
+		}
+		return buf[:n]
+	}
+	w.hasFill[i] = false
 	buf = buf[:n]
 	if b, ok := src.([]bool); ok {
 		if s == 1 {
@@ -356,8 +374,6 @@ func (ld *fusedLoad) read(src any, idx []int, n int, buf []float32) []float32 {
 	switch s {
 	case 1:
 		return v[o : o+n]
-	case 0:
-		vec.Fill(buf, v[o])
 	default:
 		vec.Gather(buf, v[o:], s)
 	}
