@@ -81,3 +81,38 @@ func BenchmarkMLP(b *testing.B) {
 		}
 	}
 }
+
+// TestSteadyStateAllocations: after a first run, a run of the MLP takes
+// every intermediate buffer from the engine's free lists and its kernels
+// allocate nothing, so it allocates only what it hands over: the slice of
+// outputs and the one output buffer (the inner engine's header for it).
+// AllocsPerRun runs on one thread (GOMAXPROCS 1).
+func TestSteadyStateAllocations(t *testing.T) {
+	e, _ := newPair(t)
+	for _, batch := range []int{1, 8} {
+		ins, fn := mlpGraph(batch)
+		bl := e.Builder("mlp")
+		x, _ := bl.Parameter("x", ins[0], nil)
+		outs, err := fn(bl, []backends.Op{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		exe, err := bl.Compile(outs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, _ := e.BufferFromFlatData(0, randF32(rand.New(rand.NewPCG(2, 2)), ins[0].Size()), ins[0])
+		args := []backends.Buffer{in}
+		allocs := testing.AllocsPerRun(100, func() {
+			res, err := exe.Execute(args, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = e.BufferFinalize(res[0])
+		})
+		if allocs > 2 {
+			t.Errorf("batch %d: a steady-state run allocates %.1f objects, want at most 2 (the outputs' slice and buffer)", batch, allocs)
+		}
+		exe.Finalize()
+	}
+}

@@ -54,6 +54,7 @@ type Engine struct {
 	backends.DataInterface
 	inner backends.Backend
 	fuse  bool
+	pool  bufPool // the buffers runs freed (bufpool.go)
 }
 
 var _ backends.Backend = (*Engine)(nil)
@@ -95,8 +96,11 @@ func (e *Engine) Builder(name string) backends.Builder {
 	return &Builder{e: e, name: name, shadow: e.inner.Builder(name)}
 }
 
-// Finalize releases the inner engine.
-func (e *Engine) Finalize() { e.inner.Finalize() }
+// Finalize releases the pooled buffers and the inner engine.
+func (e *Engine) Finalize() {
+	e.drain()
+	e.inner.Finalize()
+}
 
 // IsFinalized reports whether Finalize was called.
 func (e *Engine) IsFinalized() bool { return e.inner.IsFinalized() }

@@ -88,6 +88,7 @@ type run struct {
 	owned   []bool
 	ins     []backends.Buffer // a step's inputs
 	out     [1]backends.Buffer
+	outs    []backends.Buffer // many's slice
 	threads int
 }
 
@@ -110,6 +111,7 @@ func (x *Executable) putRun(r *run) {
 	clear(r.bufs)
 	clear(r.owned)
 	clear(r.ins)
+	clear(r.outs)
 	r.out[0] = nil
 	x.runs.Put(r)
 }
@@ -253,6 +255,13 @@ func (r *run) segment(i int, st *step, ins []backends.Buffer) (outs []backends.B
 	return res, nil
 }
 
+// many returns a copy of bs as a step's outputs, in a slice the run
+// reuses, as one does.
+func (r *run) many(bs []backends.Buffer) []backends.Buffer {
+	r.outs = append(r.outs[:0], bs...)
+	return r.outs
+}
+
 // one returns b as a step's only output, in a slice the run reuses (step
 // copies its outputs out at once), so a kernel allocates none.
 func (r *run) one(b backends.Buffer) []backends.Buffer {
@@ -280,10 +289,16 @@ func (r *run) take(j int) backends.Buffer {
 	return b
 }
 
-// free returns slot s's buffer to the pool when the run owns it.
+// free releases slot s's buffer when the run owns it: to the engine's
+// free lists, or, for a donated input, to the inner engine, which
+// invalidates the caller's handle.
 func (r *run) free(s int) {
-	if r.bufs[s] != nil && r.owned[s] {
-		_ = r.x.e.inner.BufferFinalize(r.bufs[s])
+	if b := r.bufs[s]; b != nil && r.owned[s] {
+		if r.x.p.slots[s].kind == slotParam {
+			_ = r.x.e.inner.BufferFinalize(b)
+		} else {
+			r.x.e.recycle(b)
+		}
 	}
 	r.bufs[s], r.owned[s] = nil, false
 }
@@ -324,7 +339,7 @@ func (r *run) clone(b backends.Buffer) (backends.Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	nb, dst, err := r.x.e.inner.NewSharedBuffer(0, s)
+	nb, dst, err := r.x.e.newBuffer(s)
 	if err != nil {
 		return nil, err
 	}
@@ -334,7 +349,7 @@ func (r *run) clone(b backends.Buffer) (backends.Buffer, error) {
 
 // alloc returns a new buffer of shape s and its flat values (not zeroed).
 func (r *run) alloc(s shapes.Shape) (backends.Buffer, any, error) {
-	return r.x.e.inner.NewSharedBuffer(0, s)
+	return r.x.e.newBuffer(s)
 }
 
 // data returns a buffer's flat values.

@@ -205,6 +205,7 @@ func (f *fusedPlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, error
 	t, _ := f.runs.Get().(*fusedRun)
 	if t == nil {
 		t = &fusedRun{f: f, srcs: make([]any, len(ins)), dsts: make([]any, len(f.outDT)), outs: make([]backends.Buffer, len(f.outDT))}
+		t.tilesFn = t.tiles // bound once: a method value made per run would be allocated
 	}
 	defer func() {
 		clear(t.srcs)
@@ -226,7 +227,7 @@ func (f *fusedPlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, error
 		}
 		t.outs[i], t.dsts[i] = b, flat
 	}
-	res := append([]backends.Buffer(nil), t.outs...)
+	res := r.many(t.outs)
 	if f.shape.Size() == 0 {
 		return res, nil
 	}
@@ -234,7 +235,7 @@ func (f *fusedPlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, error
 	t.perRow = (inner + tile - 1) / tile
 	rows := f.shape.Size() / inner
 	grain := max(1, 16384/min(inner, tile))
-	err := parallel.For(rows*t.perRow, grain, r.threads, t.tiles)
+	err := parallel.For(rows*t.perRow, grain, r.threads, t.tilesFn)
 	return res, err
 }
 
@@ -266,6 +267,7 @@ type fusedRun struct {
 	srcs, dsts []any // []float32 or []bool
 	outs       []backends.Buffer
 	perRow     int // tiles per row of the innermost axis
+	tilesFn    func(lo, hi int)
 }
 
 // tiles computes tiles [lo, hi) (tile t is piece t%perRow of row t/perRow).

@@ -121,6 +121,17 @@ func give(p *piece) bool {
 	return false
 }
 
+// call is the shared state of one For call, pooled so that a call
+// allocates nothing: its pieces and the count and first panic they report.
+type call struct {
+	pending atomic.Int32
+	perr    atomic.Pointer[PanicError]
+	pieces  []piece // given to workers
+	mine    []piece // run here, the workers being busy
+}
+
+var calls = sync.Pool{New: func() any { return &call{pieces: make([]piece, len(workers)), mine: make([]piece, 0, len(workers))} }}
+
 // For splits [0, n) into at most threads contiguous chunks of at least
 // grain items and calls fn on each: the first on the calling goroutine,
 // the others on the pool's workers (or here, when they are busy). It waits
@@ -139,26 +150,32 @@ func For(n, grain, threads int, fn func(lo, hi int)) error {
 	poolOnce.Do(startPool)
 	t = min(t, len(workers)+1)
 	chunk := (n + t - 1) / t
-	var (
-		pending atomic.Int32
-		perr    atomic.Pointer[PanicError]
-	)
-	var mine []piece
+	c := calls.Get().(*call)
+	defer func() {
+		c.perr.Store(nil)
+		clear(c.pieces)
+		clear(c.mine)
+		c.mine = c.mine[:0]
+		calls.Put(c)
+	}()
+	i := 0
 	for lo := chunk; lo < n; lo += chunk {
-		p := &piece{fn: fn, lo: lo, hi: min(lo+chunk, n), pending: &pending, err: &perr}
-		pending.Add(1)
+		p := &c.pieces[i]
+		i++
+		*p = piece{fn: fn, lo: lo, hi: min(lo+chunk, n), pending: &c.pending, err: &c.perr}
+		c.pending.Add(1)
 		if !give(p) {
-			pending.Add(-1)
-			mine = append(mine, *p)
+			c.pending.Add(-1)
+			c.mine = append(c.mine, *p)
 		}
 	}
 	first := Run(func() { fn(0, min(chunk, n)) })
-	for _, p := range mine {
+	for _, p := range c.mine {
 		if err := Run(func() { p.fn(p.lo, p.hi) }); err != nil && first == nil {
 			first = err
 		}
 	}
-	for spins := 0; pending.Load() > 0; spins++ {
+	for spins := 0; c.pending.Load() > 0; spins++ {
 		if spins%32 == 31 {
 			runtime.Gosched()
 		}
@@ -166,7 +183,7 @@ func For(n, grain, threads int, fn func(lo, hi int)) error {
 	if first != nil {
 		return first
 	}
-	if e := perr.Load(); e != nil {
+	if e := c.perr.Load(); e != nil {
 		return e
 	}
 	return nil

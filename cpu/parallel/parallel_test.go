@@ -73,3 +73,28 @@ func TestConcurrentFor(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// sink keeps TestForAllocatesNothing's work observable.
+var sink atomic.Int64
+
+// TestForAllocatesNothing: a call's pieces and counters are pooled, so a
+// For over workers allocates nothing of its own (fn here captures nothing;
+// a closure that captures is the caller's allocation).
+func TestForAllocatesNothing(t *testing.T) {
+	fn := func(lo, hi int) { sink.Add(int64(hi - lo)) }
+	// AllocsPerRun runs with GOMAXPROCS 1: start the workers before.
+	if err := For(64, 1, 4, fn); err != nil {
+		t.Fatal(err)
+	}
+	if len(workers) == 0 {
+		t.Skip("one CPU: no workers to hand pieces to")
+	}
+	allocs := testing.AllocsPerRun(200, func() {
+		if err := For(64, 1, 4, fn); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("For allocates %.1f objects per call, want 0", allocs)
+	}
+}
