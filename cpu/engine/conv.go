@@ -63,7 +63,10 @@ func convKernel(e *Engine, n *node) (kernel, []*value) {
 		if err != nil {
 			return nil, err
 		}
-		return p.run(r, ins[0], p.packKernel(k))
+		w := getF32(p.groups * p.og * p.cg * p.taps)
+		defer putF32(w)
+		p.packKernelInto(*w, k, r.threads)
+		return p.run(r, ins[0], *w)
 	}, n.in
 }
 
@@ -108,24 +111,40 @@ func newConvPlan(n *node, a convAttr) *convPlan {
 	return p
 }
 
-// packKernel lays the kernel out as [groups·Og][Cg·∏K], (c, tap) order.
+// packKernel lays the kernel out as [groups·Og][Cg·∏K], (c, tap) order,
+// or (tap, c) for tapMajor, into a new slice (a constant kernel, packed
+// once at compile time).
 func (p *convPlan) packKernel(k []float32) []float32 {
+	w := make([]float32, p.groups*p.og*p.cg*p.taps)
+	p.packKernelInto(w, k, 1)
+	return w
+}
+
+// packKernelInto packs k into w on up to threads threads, output channels
+// split between them: a kernel that is a run-time value (the gradient
+// convolutions of training, whose "kernel" is an activation gradient of
+// megabytes) is packed at every run.
+func (p *convPlan) packKernelInto(w, k []float32, threads int) {
 	row := p.cg * p.taps
-	w := make([]float32, p.groups*p.og*row)
 	taps := p.tapOffsets(p.kSt)
-	for o := range p.groups * p.og {
-		for c := range p.cg {
-			base := o*p.kO + c*p.kC
-			for t, off := range taps {
+	_ = parallel.For(p.groups*p.og, max(1, 4096/max(row, 1)), threads, func(lo, hi int) {
+		for o := lo; o < hi; o++ {
+			dst := w[o*row : (o+1)*row]
+			for c := range p.cg {
+				src := k[o*p.kO+c*p.kC:]
 				if p.tapMajor {
-					w[o*row+t*p.cg+c] = k[base+off]
-				} else {
-					w[o*row+c*p.taps+t] = k[base+off]
+					for t, off := range taps {
+						dst[t*p.cg+c] = src[off]
+					}
+					continue
+				}
+				d := dst[c*p.taps : (c+1)*p.taps]
+				for t, off := range taps {
+					d[t] = src[off]
 				}
 			}
 		}
-	}
-	return w
+	})
 }
 
 // tapOffsets returns, for each kernel position in row-major order, its
