@@ -264,9 +264,18 @@ func (p *convPlan) channelsLast(dst, in []float32, threads int) {
 func (p *convPlan) patchTaps(dst, src []float32, base int, pix []int, pos int) {
 	oh, ow := pos/p.outSp[1], pos%p.outSp[1]
 	kw := p.kSp[1]
+	iw0 := ow*p.strides[1] - p.pad[1]
+	// The taps of a kernel row read kw adjacent pixels: with one group and
+	// no dilation along x, their channels are one run to copy at once.
+	whole := pix[1] == p.cg && p.kDil[1] == 1 && iw0 >= 0 && iw0+kw <= p.inSp[1]
 	for y := range p.kSp[0] {
 		ih := oh*p.strides[0] - p.pad[0] + y*p.kDil[0]
 		rowOK := ih >= 0 && ih < p.inSp[0]
+		if rowOK && whole {
+			d := dst[y*kw*p.cg : (y+1)*kw*p.cg]
+			copy(d, src[base+ih*pix[0]+iw0*pix[1]:])
+			continue
+		}
 		for x := range kw {
 			iw := ow*p.strides[1] - p.pad[1] + x*p.kDil[1]
 			d := dst[(y*kw+x)*p.cg : (y*kw+x+1)*p.cg]
