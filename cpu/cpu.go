@@ -24,8 +24,10 @@
 //
 // simplego v0.26.0 lacks Pad, Reverse and SelectAndScatter, which GoMLX's
 // reverse-mode autodiff emits for Slice, sum and max pooling and
-// convolution; the engine this backend hands out adds them as compositions
-// of ops simplego has (ops.go), so models with those ops train here.
+// convolution. The engine runs them natively (cpu/engine/padrev.go: Pad
+// and Reverse of any dtype, SelectAndScatter of float32); for the rest,
+// and under engine=simplego, the inner engine adds them as compositions of
+// ops simplego has (ops.go), so models with those ops train either way.
 //
 // # Config
 //

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
@@ -11,15 +14,24 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/tensorbridge/tensorbridge/driver"
 )
 
 // The composed ops are checked against direct Go implementations of XLA's
 // definitions (https://openxla.org/xla/operation_semantics), not against
 // another GoMLX backend.
 
-func openEngine(t *testing.T) backends.Backend {
+func openEngine(t *testing.T) backends.Backend { return openEngineConfig(t, "") }
+
+// engineConfigs are the two ways these ops run: natively in the engine
+// (the default; Pad and Reverse of any dtype, SelectAndScatter of
+// float32) and as the compositions of ops.go (engine=simplego).
+var engineConfigs = []string{"", "engine=simplego"}
+
+func openEngineConfig(t *testing.T, config string) backends.Backend {
 	t.Helper()
-	b, err := Driver{}.Open(context.Background(), nil)
+	b, err := Driver{}.Open(context.Background(), &driver.Options{Config: config})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +74,12 @@ func iotaF(n int) []float64 {
 }
 
 func TestComposedPad(t *testing.T) {
-	eng := openEngine(t)
+	for _, config := range engineConfigs {
+		t.Run("config="+config, func(t *testing.T) { testPad(t, openEngineConfig(t, config)) })
+	}
+}
+
+func testPad(t *testing.T, eng backends.Backend) {
 	x := iotaF(12)
 	for _, tc := range []struct {
 		name string
@@ -94,15 +111,30 @@ func TestComposedPad(t *testing.T) {
 }
 
 func TestComposedReverse(t *testing.T) {
-	eng := openEngine(t)
+	for _, config := range engineConfigs {
+		for _, axes := range [][]int{{0, 2}, {1}} {
+			t.Run(fmt.Sprintf("config=%s/axes=%v", config, axes), func(t *testing.T) {
+				testReverse(t, openEngineConfig(t, config), axes)
+			})
+		}
+	}
+}
+
+func testReverse(t *testing.T, eng backends.Backend, axes []int) {
 	x := iotaF(24)
-	got := graph.MustExecOnce(eng, func(x *graph.Node) *graph.Node { return graph.Reverse(x, 0, 2) },
+	rev := func(i, n, axis int) int {
+		if slices.Contains(axes, axis) {
+			return n - 1 - i
+		}
+		return i
+	}
+	got := graph.MustExecOnce(eng, func(x *graph.Node) *graph.Node { return graph.Reverse(x, axes...) },
 		tensors.FromFlatDataAndDimensions(x, 2, 3, 4))
 	tensors.ConstFlatData(got, func(flat []float64) {
 		for i := range 2 {
 			for j := range 3 {
 				for k := range 4 {
-					want := x[(1-i)*12+j*4+(3-k)]
+					want := x[rev(i, 2, 0)*12+rev(j, 3, 1)*4+rev(k, 4, 2)]
 					if g := flat[i*12+j*4+k]; g != want {
 						t.Fatalf("[%d,%d,%d] = %v, want %v", i, j, k, g, want)
 					}
@@ -118,7 +150,16 @@ func TestComposedReverse(t *testing.T) {
 // holding the window's extremum, padding excluded. (Fault injected once:
 // dropping the first-on-ties mask made it fail.)
 func TestComposedSelectAndScatter(t *testing.T) {
-	eng := openEngine(t)
+	for _, config := range engineConfigs {
+		for _, dt := range []dtypes.DType{dtypes.Float64, dtypes.Float32} {
+			t.Run(fmt.Sprintf("config=%s/%s", config, dt), func(t *testing.T) {
+				testSelectAndScatter(t, openEngineConfig(t, config), dt)
+			})
+		}
+	}
+}
+
+func testSelectAndScatter(t *testing.T, eng backends.Backend, dt dtypes.DType) {
 	const rows, cols = 5, 6
 	x := []float64{ // ties inside windows on purpose
 		3, 1, 3, 0, 2, 2,
@@ -135,6 +176,7 @@ func TestComposedSelectAndScatter(t *testing.T) {
 			op = backends.ReduceOpMin
 		}
 		outs := graph.MustExecOnceN(eng, func(x *graph.Node) []*graph.Node {
+			x = graph.ConvertDType(x, dt)
 			y := graph.BackendReduceWindow(x, op, win, str, nil, nil, pad)
 			// Upstream values 1, 2, 3... so each window's share is visible.
 			w := graph.Add(graph.IotaFull(x.Graph(), y.Shape()), graph.OnesLike(y))
@@ -161,7 +203,8 @@ func TestComposedSelectAndScatter(t *testing.T) {
 				want[at] += float64(i*oy[1] + j + 1)
 			}
 		}
-		tensors.ConstFlatData(outs[1], func(flat []float64) {
+		g := graph.MustExecOnce(eng, func(g *graph.Node) *graph.Node { return graph.ConvertDType(g, dtypes.Float64) }, outs[1])
+		tensors.ConstFlatData(g, func(flat []float64) {
 			for i := range want {
 				if flat[i] != want[i] {
 					t.Fatalf("max=%v: gradient %v, want %v", isMax, flat, want)
@@ -201,5 +244,112 @@ func TestPadNothingNextToOtherInputs(t *testing.T) {
 	}
 	if fmt.Sprint(got) != "[1 2 3 4 5 6]" {
 		t.Fatalf("got %v", got)
+	}
+}
+
+// TestNativeMatchesComposed runs random Pads, Reverses and
+// SelectAndScatters on the engine's native kernels and on the
+// compositions (engine=simplego), and wants the same bits: both follow
+// XLA's definition, and the native SelectAndScatter sums in the
+// composition's order. Window values are small integers, so windows tie,
+// and one is NaN. It also checks the engine ran each natively.
+func TestNativeMatchesComposed(t *testing.T) {
+	native, composed := openEngineConfig(t, ""), openEngineConfig(t, "engine=simplego")
+	rng := rand.New(rand.NewPCG(3, 4))
+	dims := []int{3, 5, 6}
+	s := shapes.Make(dtypes.Float32, dims...)
+	x := make([]float32, s.Size())
+	for i := range x {
+		x[i] = float32(rng.IntN(5))
+	}
+	x[17] = float32(math.NaN())
+	type build func(b backends.Builder, x backends.Op) (backends.Op, error)
+	var cases []build
+	var names []string
+	for range 12 {
+		axes := make([]backends.PadAxis, 3)
+		for a := range axes {
+			axes[a] = backends.PadAxis{Start: rng.IntN(5) - 2, End: rng.IntN(5) - 2, Interior: rng.IntN(3)}
+		}
+		names = append(names, fmt.Sprintf("Pad%v", axes))
+		cases = append(cases, func(b backends.Builder, x backends.Op) (backends.Op, error) {
+			fill, err := b.Constant([]float32{-1.5})
+			if err != nil {
+				return nil, err
+			}
+			return b.Pad(x, fill, axes...)
+		})
+	}
+	for _, axes := range [][]int{{0}, {2}, {0, 1, 2}, {}} {
+		names = append(names, fmt.Sprintf("Reverse%v", axes))
+		cases = append(cases, func(b backends.Builder, x backends.Op) (backends.Op, error) { return b.Reverse(x, axes...) })
+	}
+	for range 8 {
+		win := []int{1, 1 + rng.IntN(3), 1 + rng.IntN(3)}
+		str := []int{1, 1 + rng.IntN(2), 1 + rng.IntN(2)}
+		pad := [][2]int{{0, 0}, {rng.IntN(2), rng.IntN(2)}, {rng.IntN(2), rng.IntN(2)}}
+		isMax := rng.IntN(2) == 0
+		names = append(names, fmt.Sprintf("SelectAndScatter(max=%v,%v,%v,%v)", isMax, win, str, pad))
+		cases = append(cases, func(b backends.Builder, x backends.Op) (backends.Op, error) {
+			out := make([]int, 3)
+			for a := range out {
+				out[a] = (dims[a]+pad[a][0]+pad[a][1]-win[a])/str[a] + 1
+			}
+			src, err := b.Iota(shapes.Make(dtypes.Float32, out...), 2)
+			if err != nil {
+				return nil, err
+			}
+			if isMax {
+				return b.SelectAndScatterMax(x, src, win, str, pad)
+			}
+			return b.SelectAndScatterMin(x, src, win, str, pad)
+		})
+	}
+	run := func(eng backends.Backend, fn build) ([]float32, []string) {
+		b := eng.Builder("native vs composed")
+		p, _ := b.Parameter("x", s, nil)
+		o, err := fn(b, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exe, err := b.Compile([]backends.Op{o}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer exe.Finalize()
+		in, _ := eng.BufferFromFlatData(0, x, s)
+		res, err := exe.Execute([]backends.Buffer{in}, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os, _ := eng.BufferShape(res[0])
+		got := make([]float32, os.Size())
+		if err := eng.BufferToFlatData(res[0], got); err != nil {
+			t.Fatal(err)
+		}
+		var steps []string
+		if st, ok := exe.(interface{ Steps() []string }); ok {
+			steps = st.Steps()
+		}
+		return got, steps
+	}
+	for i, fn := range cases {
+		t.Run(names[i], func(t *testing.T) {
+			got, steps := run(native, fn)
+			want, _ := run(composed, fn)
+			if len(got) != len(want) {
+				t.Fatalf("%d elements, want %d", len(got), len(want))
+			}
+			for j := range got {
+				if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
+					t.Fatalf("element %d = %v, want %v (composition)", j, got[j], want[j])
+				}
+			}
+			for _, st := range steps {
+				if strings.HasPrefix(st, "segment") && !strings.Contains(st, "Iota") && !strings.Contains(st, "Constant") {
+					t.Errorf("ran in a segment, not natively: %v", steps)
+				}
+			}
+		})
 	}
 }

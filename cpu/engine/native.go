@@ -34,6 +34,12 @@ func nativeKernel(e *Engine, n *node) (kernel, []*value) {
 		return concatKernel(n), n.in
 	case backends.OpTypeReduceSum, backends.OpTypeReduceMax, backends.OpTypeReduceMin:
 		return reduceKernel(n), n.in
+	case backends.OpTypePad:
+		return padKernel(n), n.in
+	case backends.OpTypeReverse:
+		return reverseKernel(n), n.in
+	case backends.OpTypeSelectAndScatterMax, backends.OpTypeSelectAndScatterMin:
+		return scatterKernel(n), n.in
 	}
 	return nil, nil
 }

@@ -244,7 +244,7 @@ func (b *Builder) Iota(shape shapes.Shape, iotaAxis int) (backends.Op, error) {
 // Pad records GoMLX's Pad.
 func (b *Builder) Pad(x, fillValue backends.Op, axesConfig ...backends.PadAxis) (backends.Op, error) {
 	axesConfig = slices.Clone(axesConfig)
-	return b.one(backends.OpTypePad, nil, func(t backends.Builder, in []backends.Op) (backends.Op, error) {
+	return b.one(backends.OpTypePad, padAttr{axesConfig}, func(t backends.Builder, in []backends.Op) (backends.Op, error) {
 		return t.Pad(in[0], in[1], axesConfig...)
 	}, x, fillValue)
 }
@@ -376,7 +376,7 @@ type selScatterFn = func(t backends.Builder, operand, source backends.Op, window
 
 func (b *Builder) selectAndScatter(op backends.OpType, f selScatterFn, operand, source backends.Op, windowDimensions, windowStrides []int, paddings [][2]int) (backends.Op, error) {
 	d, s, p := slices.Clone(windowDimensions), slices.Clone(windowStrides), clonePairs(paddings)
-	return b.one(op, nil, func(t backends.Builder, in []backends.Op) (backends.Op, error) {
+	return b.one(op, scatterAttr{d, s, p}, func(t backends.Builder, in []backends.Op) (backends.Op, error) {
 		return f(t, in[0], in[1], d, s, p)
 	}, operand, source)
 }
