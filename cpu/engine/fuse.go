@@ -92,6 +92,22 @@ var unaryOps = map[backends.OpType]func(d, a []float32){
 	backends.OpTypeErf:      vec.Erf, // math.Erf's rounded value but for 4 in 10⁹ inputs, one ulp off
 	backends.OpTypeRsqrt:    mapF64(func(x float64) float64 { return 1.0 / math.Sqrt(x) }),
 	backends.OpTypeLogistic: vec.Logistic,
+	backends.OpTypeSign:     sign,
+}
+
+// sign is simplego's Sign of float32: -1 below zero, 1 above, and 0 for
+// zeros of either sign and NaN (ReLU's gradient).
+func sign(d, a []float32) {
+	for i, x := range a[:len(d)] {
+		switch {
+		case x < 0:
+			d[i] = -1
+		case x > 0:
+			d[i] = 1
+		default:
+			d[i] = 0
+		}
+	}
 }
 
 // mapF64 applies f in float64 and rounds to float32, as simplego does.

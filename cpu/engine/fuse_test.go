@@ -49,6 +49,7 @@ var (
 	exp, tanh, erf     = op1(backends.Builder.Exp), op1(backends.Builder.Tanh), op1(backends.Builder.Erf)
 	rsqrt, logistic    = op1(backends.Builder.Rsqrt), op1(backends.Builder.Logistic)
 	neg, abs, logOp    = op1(backends.Builder.Neg), op1(backends.Builder.Abs), op1(backends.Builder.Log)
+	signOp             = op1(backends.Builder.Sign)
 )
 
 func bcast(b backends.Builder, x backends.Op, dims []int, axes ...int) backends.Op {
@@ -121,7 +122,7 @@ var fuseCases = []fuseCase{
 	{"unary zoo", [][]int{{2, 3, 129}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
 		return catch(func() []backends.Op {
 			x := p[0]
-			return []backends.Op{tanh(b, x), exp(b, x), abs(b, x), logOp(b, abs(b, x)), powOp(b, abs(b, x), x)}
+			return []backends.Op{tanh(b, x), exp(b, x), abs(b, x), logOp(b, abs(b, x)), powOp(b, abs(b, x), x), signOp(b, x)}
 		})
 	}, nil},
 	{"pow squares as a product", [][]int{{3, 131}, {3, 131}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
