@@ -3,9 +3,12 @@ package engine
 import (
 	"math"
 	"slices"
+	"unsafe"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	"github.com/tensorbridge/tensorbridge/cpu/parallel"
 )
 
 // Pad and Reverse of any dtype of whole bytes, and SelectAndScatter of
@@ -173,6 +176,10 @@ func reverseCopy(d, src []byte, dims []int, rev []bool, size int) {
 			copy(d[o*size:(o+w)*size], s)
 			continue
 		}
+		if size == 4 {
+			reverse32(d[o*4:(o+w)*4], s)
+			continue
+		}
 		for j := range w {
 			k := o + w - 1 - j
 			copy(d[k*size:(k+1)*size], s[j*size:(j+1)*size])
@@ -240,15 +247,19 @@ func (sc *scatterPlan) run(rn *run, ins []backends.Buffer) ([]backends.Buffer, e
 	out := flat.([]float32)
 	clear(out)
 	if sc.ss.Size() > 0 && sc.xs.Size() > 0 {
-		sc.scatter(out, x, src)
+		if err := sc.scatter(out, x, src, rn.threads); err != nil {
+			_ = rn.x.e.inner.BufferFinalize(ob)
+			return nil, err
+		}
 	}
 	return rn.one(ob), nil
 }
 
 // scatter selects each source window's position (sel: the window offset
-// index, -1 for none, and the operand offset), then adds the sources
-// offset by offset, so each position sums in window order.
-func (sc *scatterPlan) scatter(out, x, src []float32) {
+// index, -1 for none, and the operand offset), in parallel over the
+// source, then adds the sources offset by offset, so each position sums in
+// window order.
+func (sc *scatterPlan) scatter(out, x, src []float32, threads int) error {
 	r := sc.xs.Rank()
 	xst := rowMajorStrides(sc.xs.Dimensions)
 	ident := float32(math.Inf(-1))
@@ -262,31 +273,55 @@ func (sc *scatterPlan) scatter(out, x, src []float32) {
 		}
 	}
 	offs := windowOffsets(sc.window)
+	lin := make([]int, len(offs)) // each offset's distance in the operand
+	for k, off := range offs {
+		for a, o := range off {
+			lin[k] += o * xst[a]
+		}
+	}
 	selK, selPos := make([]int32, len(src)), make([]int, len(src))
-	q, pos := make([]int, r), make([]int, r)
-	for i := range src {
-		unflattenTo(i, sc.ss.Dimensions, q)
-		var m float32
-		for k, off := range offs {
-			v, _ := sc.at(x, xst, q, off, pos, ident)
-			switch {
-			case k == 0:
-				m = v
-			case sc.isMax:
-				m = max(m, v)
-			default:
-				m = min(m, v)
+	err := parallel.For(len(src), 1024, threads, func(lo, hi int) {
+		q, pos, vals := make([]int, r), make([]int, r), make([]float32, len(offs))
+		for i := lo; i < hi; i++ {
+			unflattenTo(i, sc.ss.Dimensions, q)
+			base, inside := 0, true
+			for a := range q {
+				st := q[a]*sc.strides[a] - sc.pads[a][0]
+				inside = inside && st >= 0 && st+sc.window[a] <= sc.xs.Dimensions[a]
+				base += st * xst[a]
 			}
-		}
-		selK[i] = -1
-		for k, off := range offs {
-			if v, p := sc.at(x, xst, q, off, pos, ident); v == m {
-				if p >= 0 {
-					selK[i], selPos[i] = int32(k), p
+			for k, off := range offs {
+				if inside {
+					vals[k] = x[base+lin[k]]
+				} else {
+					vals[k], _ = sc.at(x, xst, q, off, pos, ident)
 				}
-				break
+			}
+			m := vals[0]
+			for _, v := range vals[1:] {
+				if sc.isMax {
+					m = max(m, v)
+				} else {
+					m = min(m, v)
+				}
+			}
+			selK[i] = -1
+			for k, v := range vals {
+				if v == m {
+					p := base + lin[k]
+					if !inside {
+						_, p = sc.at(x, xst, q, offs[k], pos, ident)
+					}
+					if p >= 0 {
+						selK[i], selPos[i] = int32(k), p
+					}
+					break
+				}
 			}
 		}
+	})
+	if err != nil {
+		return err
 	}
 	for k := range offs {
 		for i, s := range src {
@@ -295,6 +330,7 @@ func (sc *scatterPlan) scatter(out, x, src []float32) {
 			}
 		}
 	}
+	return nil
 }
 
 // at returns the padded operand's value at window offset off of source
@@ -335,5 +371,15 @@ func windowOffsets(window []int) [][]int {
 func unflattenTo(t int, dims, c []int) {
 	for i := len(dims) - 1; i >= 0; i-- {
 		c[i], t = t%dims[i], t/dims[i]
+	}
+}
+
+// reverse32 writes the 4-byte elements of s to d in reverse order.
+func reverse32(d, s []byte) {
+	dv := unsafe.Slice((*uint32)(unsafe.Pointer(&d[0])), len(d)/4)
+	sv := unsafe.Slice((*uint32)(unsafe.Pointer(&s[0])), len(s)/4)
+	n := len(sv)
+	for j, v := range sv {
+		dv[n-1-j] = v
 	}
 }
