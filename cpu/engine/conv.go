@@ -245,13 +245,28 @@ func (p *convPlan) patch(dst, in []float32, b, g, pos int, oidx, kidx []int) {
 // spatial strides inSt) to dst as [H][W][C].
 func (p *convPlan) channelsLast(dst, in []float32, threads int) {
 	h, w, ch := p.inSp[0], p.inSp[1], p.cg*p.groups
+	const cb = 8 // channels per pass: each pixel's 8 values are written together
 	_ = parallel.For(h, 1, threads, func(lo, hi int) {
 		for y := lo; y < hi; y++ {
-			for c := range ch {
+			row := dst[y*w*ch : (y+1)*w*ch]
+			c := 0
+			if p.inSt[1] == 1 {
+				for ; c+cb <= ch; c += cb {
+					var s [cb][]float32
+					for i := range s {
+						s[i] = in[(c+i)*p.inC+y*p.inSt[0]:][:w]
+					}
+					for x := range w {
+						d := row[x*ch+c : x*ch+c+cb]
+						d[0], d[1], d[2], d[3] = s[0][x], s[1][x], s[2][x], s[3][x]
+						d[4], d[5], d[6], d[7] = s[4][x], s[5][x], s[6][x], s[7][x]
+					}
+				}
+			}
+			for ; c < ch; c++ {
 				src := in[c*p.inC+y*p.inSt[0]:]
-				row := dst[y*w*ch+c:]
 				for x := range w {
-					row[x*ch] = src[x*p.inSt[1]]
+					row[x*ch+c] = src[x*p.inSt[1]]
 				}
 			}
 		}

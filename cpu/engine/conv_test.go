@@ -27,6 +27,7 @@ var convCases = []convCase{
 	{"3x3 stride 2 batch 2", 2, 4, 11, 10, 6, 3, 2, 1, 1, 1, false, false, 0, 0},
 	{"7x7 stride 2 pad 3", 1, 3, 20, 20, 8, 7, 2, 3, 1, 1, false, true, 0, 0},
 	{"1x1", 1, 32, 7, 7, 24, 1, 1, 0, 1, 1, false, true, 0, 0},
+	{"3x3 eleven channels", 2, 11, 7, 9, 5, 3, 1, 1, 1, 1, false, false, 0, 0}, // channels-last copy: a block of 8 and 3 more
 	{"dilated", 1, 4, 12, 12, 4, 3, 1, 2, 2, 1, false, false, 0, 0},
 	{"grouped", 2, 8, 6, 6, 12, 3, 1, 1, 1, 4, false, true, 0, 0},
 	{"depthwise", 1, 16, 10, 10, 16, 3, 1, 1, 1, 16, false, true, 0, 0},
