@@ -13,15 +13,14 @@ import (
 // dimensions, so that a steady-state run takes every intermediate buffer
 // from here: the inner engine's allocation clones the shape into a new
 // buffer header each time, which is most of what a run used to allocate
-// on the Go heap. Buffers handed to the caller (outputs) are not taken
-// back: the caller finalizes them through the inner engine, which
-// invalidates them, so a stale handle fails rather than reading another
-// run's values.
-
-// poolBytes bounds the bytes the free lists hold; past it a freed buffer
-// goes back to the inner engine (whose pool the garbage collector may
-// empty).
-const poolBytes = 64 << 20
+// on the Go heap. The free lists are sync.Pools, one per dtype and
+// dimensions, so the garbage collector empties them as it empties the
+// inner engine's own pool: a long-running process holds no more than it
+// uses (the llm soak test measured resident memory growing with lists
+// that only a byte cap bounded). Buffers handed to the caller (outputs)
+// are not taken back: the caller finalizes them through the inner engine,
+// which invalidates them, so a stale handle fails rather than reading
+// another run's values.
 
 // maxPooledRank is the highest rank whose buffers are pooled.
 const maxPooledRank = 8
@@ -39,11 +38,13 @@ type pooled struct {
 	flat any
 }
 
+// entries recycles the pooled holders, so a put allocates nothing.
+var entries = sync.Pool{New: func() any { return new(pooled) }}
+
 // bufPool is the engine's free lists.
 type bufPool struct {
-	mu    sync.Mutex
-	free  map[bufKey][]pooled
-	bytes int
+	mu    sync.RWMutex
+	lists map[bufKey]*sync.Pool
 }
 
 // keyOf returns s's key, false when s is not pooled.
@@ -56,21 +57,38 @@ func keyOf(s shapes.Shape) (bufKey, bool) {
 	return k, true
 }
 
+// list returns the free list of k, made when create.
+func (p *bufPool) list(k bufKey, create bool) *sync.Pool {
+	p.mu.RLock()
+	l := p.lists[k]
+	p.mu.RUnlock()
+	if l != nil || !create {
+		return l
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l = p.lists[k]; l == nil {
+		if p.lists == nil {
+			p.lists = map[bufKey]*sync.Pool{}
+		}
+		l = new(sync.Pool)
+		p.lists[k] = l
+	}
+	return l
+}
+
 // newBuffer returns a buffer of shape s (values not zeroed), from the free
 // lists when one is there.
 func (e *Engine) newBuffer(s shapes.Shape) (backends.Buffer, any, error) {
 	if k, ok := keyOf(s); ok {
-		p := &e.pool
-		p.mu.Lock()
-		if l := p.free[k]; len(l) > 0 {
-			b := l[len(l)-1]
-			l[len(l)-1] = pooled{}
-			p.free[k] = l[:len(l)-1]
-			p.bytes -= int(s.Memory())
-			p.mu.Unlock()
-			return b.b, b.flat, nil
+		if l := e.pool.list(k, false); l != nil {
+			if pb, _ := l.Get().(*pooled); pb != nil {
+				b, flat := pb.b, pb.flat
+				*pb = pooled{}
+				entries.Put(pb)
+				return b, flat, nil
+			}
 		}
-		p.mu.Unlock()
 	}
 	return e.inner.NewSharedBuffer(0, s)
 }
@@ -88,30 +106,16 @@ func (e *Engine) recycle(b backends.Buffer) {
 		_ = e.inner.BufferFinalize(b)
 		return
 	}
-	p := &e.pool
-	p.mu.Lock()
-	if p.bytes+int(s.Memory()) > poolBytes {
-		p.mu.Unlock()
-		_ = e.inner.BufferFinalize(b)
-		return
-	}
-	if p.free == nil {
-		p.free = map[bufKey][]pooled{}
-	}
-	p.free[k] = append(p.free[k], pooled{b, flat})
-	p.bytes += int(s.Memory())
-	p.mu.Unlock()
+	pb := entries.Get().(*pooled)
+	pb.b, pb.flat = b, flat
+	e.pool.list(k, true).Put(pb)
 }
 
-// drain finalizes every pooled buffer (Engine.Finalize).
+// drain drops the free lists (Engine.Finalize); their buffers are left to
+// the garbage collector, as the inner engine's pool leaves its own.
 func (e *Engine) drain() {
 	p := &e.pool
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, l := range p.free {
-		for _, b := range l {
-			_ = e.inner.BufferFinalize(b.b)
-		}
-	}
-	p.free, p.bytes = nil, 0
+	p.lists = nil
+	p.mu.Unlock()
 }
