@@ -49,3 +49,42 @@ func benchConv(b *testing.B, rng *rand.Rand, name string, c convCase, kl string)
 		})
 	}
 }
+
+// mobileNetDW are MobileNetV2's depthwise layers (batch 1, NCHW, 3×3 pad 1):
+// channels, input size and stride.
+var mobileNetDW = []struct{ c, size, stride int }{
+	{32, 112, 1}, {96, 112, 2}, {144, 56, 1}, {144, 56, 2},
+	{192, 28, 1}, {384, 14, 1}, {576, 14, 1}, {960, 7, 1},
+}
+
+// BenchmarkDepthwise times Float32 on MobileNetV2's depthwise layers in
+// NCHW/OIHW on 1 and 2 threads.
+func BenchmarkDepthwise(b *testing.B) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, l := range mobileNetDW {
+		c := convCase{batch: 1, cin: l.c, cout: l.c, group: l.c, in: []int{l.size, l.size}, k: []int{3, 3},
+			strides: []int{l.stride, l.stride}, padLo: []int{1, 1}, padHi: []int{1, 1}, inL: "cf", outL: "cf"}
+		benchConv(b, rng, fmt.Sprintf("dw%d-%dx%d-s%d", l.c, l.size, l.size, l.stride), c, "oi")
+	}
+}
+
+// BenchmarkDWPlaneKernel times one 3×3 channel plane (pad 1, w×w input) on
+// each plane kernel, without the per-call set-up of Float32; ns/row is per
+// output row.
+func BenchmarkDWPlaneKernel(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	for _, kern := range dwKernels() {
+		for _, w := range []int{7, 14, 28, 56, 112} {
+			for _, s := range []int{1, 2} {
+				c, _ := newDWPlaneCase(rng, kern, 3, s, w, 1, 1, w, s, 1)
+				out := make([]float32, c.d.outH*c.ldout)
+				b.Run(fmt.Sprintf("%v/w%d/s%d", kern, w, s), func(b *testing.B) {
+					for b.Loop() {
+						c.d.planes(out, c.ldout, 0, c.in, 0, c.w, c.buf, 1)
+					}
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*c.d.outH), "ns/row")
+				})
+			}
+		}
+	}
+}

@@ -6,7 +6,10 @@ package conv
 // output row at a time in a contiguous buffer, applying all x taps of a
 // kernel row in one pass whose loads are unit-stride when the input's x
 // stride and the conv stride are 1. (im2col + gemm would multiply matrices
-// only Og rows tall.)
+// only Og rows tall.) Two-dimensional convolutions with contiguous input
+// rows take the plane path instead (dwPlanes): one kernel call per block of
+// channels, which computes each output row from all its input rows in one
+// pass.
 type depthwisePlan struct {
 	q      *ConvParams
 	g      *geometry
@@ -17,17 +20,22 @@ type depthwisePlan struct {
 	// taps are fused when fuse (no input dilation along x).
 	interLo, interHi int
 	fuse             bool
+	fast             *dwPlanes // the plane path, when it applies
 }
 
+// depthwiseWorkspace is one worker's scratch: acc, w and oc for the
+// generic path, buf and plane for the plane path (dwPlanes.scratch).
 type depthwiseWorkspace struct {
-	acc *[]float32
-	w   []float32 // weights of the x taps of one outer tap
-	oc  []int
+	acc        *[]float32 // one output row
+	w          []float32  // the channel's weights, w[outer tap·kx + x tap]
+	oc         []int
+	buf, plane *[]float32
 }
 
-// depthwise runs the direct algorithm in parallel over images × output channels.
+// depthwise runs the direct algorithm in parallel over images × blocks of
+// output channels.
 func depthwise(q *ConvParams, g *geometry, kl kernelLayout, in, out []float32, threads int) error {
-	pl := &depthwisePlan{q: q, g: g, kl: kl, rows: prod(g.outerOut)}
+	pl := &depthwisePlan{q: q, g: g, kl: kl, rows: prod(g.outerOut), fast: newDWPlanes(q, g, kl, dwActive)}
 	for _, k := range g.taps {
 		off := 0
 		for d, x := range k {
@@ -40,35 +48,58 @@ func depthwise(q *ConvParams, g *geometry, kl kernelLayout, in, out []float32, t
 		pl.interLo, pl.interHi = max(pl.interLo, r.lo), min(pl.interHi, r.hi)
 	}
 	newWS := func() *depthwiseWorkspace {
-		return &depthwiseWorkspace{acc: getFloats(g.outX), w: make([]float32, g.kx), oc: make([]int, g.n)}
+		if pl.fast != nil {
+			ws := &depthwiseWorkspace{}
+			ws.buf, ws.plane = pl.fast.scratch(q)
+			return ws
+		}
+		return &depthwiseWorkspace{acc: getFloats(g.outX), w: make([]float32, len(g.taps)*g.kx), oc: make([]int, g.n)}
 	}
-	release := func(ws *depthwiseWorkspace) { putFloats(ws.acc) }
-	return forTasks(q.Batch*q.OutChannels, threads, newWS, release, func(ws *depthwiseWorkspace, i int) error {
-		pl.channel(ws, in, out, i/q.OutChannels, i%q.OutChannels)
+	release := func(ws *depthwiseWorkspace) {
+		putFloats(ws.acc)
+		putFloats(ws.buf)
+		putFloats(ws.plane)
+	}
+	// Tasks are blocks of channels, about four per thread per image, so
+	// that workers take the shared counter once per block, not per
+	// (possibly 7×7) channel.
+	blk := ceilDiv(q.OutChannels, min(q.OutChannels, 4*threads))
+	blocks := ceilDiv(q.OutChannels, blk)
+	return forTasks(q.Batch*blocks, threads, newWS, release, func(ws *depthwiseWorkspace, i int) error {
+		b, o0 := i/blocks, i%blocks*blk
+		o1 := min(q.OutChannels, o0+blk)
+		if pl.fast != nil {
+			pl.fast.block(pl, ws, in, out, b, o0, o1)
+			return nil
+		}
+		for o := o0; o < o1; o++ {
+			pl.channel(ws, in, out, b, o)
+		}
 		return nil
 	})
 }
 
-// channel computes every output of image b, output channel o.
+// channel computes every output of image b, output channel o. The
+// channel's weights are gathered once, in tap order, for all its rows.
 func (pl *depthwisePlan) channel(ws *depthwiseWorkspace, in, out []float32, b, o int) {
 	q, g := pl.q, pl.g
 	inBase := b*q.InBatchStride + o/g.og*q.InChanStride
 	outBase := b*q.OutBatchStride + o*q.OutChanStride
-	kBase := o * pl.kl.out
-	ksx, isx, osx := pl.kl.spatial[g.n-1], q.InSpatialStrides[g.n-1], q.OutSpatialStrides[g.n-1]
+	kBase, ksx := o*pl.kl.out, pl.kl.spatial[g.n-1]
+	for j, t := range pl.tapKer {
+		for kx := range g.kx {
+			ws.w[j*g.kx+kx] = pl.kl.data[kBase+t+kx*ksx]
+		}
+	}
+	isx, osx := q.InSpatialStrides[g.n-1], q.OutSpatialStrides[g.n-1]
 	oc, acc := ws.oc[:g.n-1], *ws.acc
 	clear(oc)
 	for range pl.rows {
 		clear(acc)
 		for j, k := range g.taps {
-			off, ok := g.inOffset(oc, k)
-			if !ok {
-				continue
+			if off, ok := g.inOffset(oc, k); ok {
+				pl.taps(acc, ws.w[j*g.kx:(j+1)*g.kx], in, inBase+off, isx)
 			}
-			for kx := range ws.w {
-				ws.w[kx] = pl.kl.data[kBase+pl.tapKer[j]+kx*ksx]
-			}
-			pl.taps(acc, ws.w, in, inBase+off, isx)
 		}
 		pl.store(out, outBase+rowOffset(oc, q.OutSpatialStrides), osx, acc)
 		advance(oc, g.outerOut)
