@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"github.com/tensorbridge/tensorbridge/internal/testreq"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -117,11 +119,34 @@ func TestCompiledFindsTheExecutable(t *testing.T) {
 	}
 }
 
+// directBackends are the backends with a direct path: xla-cpu (skipped
+// without its plugin) and the embedded cpu engine.
+var directBackends = []string{"xla-cpu", "cpu"}
+
+// openDirectBackend opens name for a direct-path test.
+func openDirectBackend(t *testing.T, name string) *Backend {
+	t.Helper()
+	if name == "xla-cpu" {
+		return openXLACPUInternal(t)
+	}
+	b, err := Open(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
 // The binding knows each output's host size from the executable, so ToHost
 // asks the plugin nothing more; a destination of the wrong size is still
-// refused.
+// refused. The same checks hold on the cpu engine's direct path.
 func TestDirectOutputSizeChecked(t *testing.T) {
-	b := openXLACPUInternal(t)
+	for _, name := range directBackends {
+		t.Run(name, func(t *testing.T) { testDirectOutputSizeChecked(t, openDirectBackend(t, name)) })
+	}
+}
+
+func testDirectOutputSizeChecked(t *testing.T, b *Backend) {
 	ctx := context.Background()
 	s := ir.MakeShape(ir.Float32, 2, 3)
 	exe, err := b.Compile(ctx, "size", func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
@@ -151,7 +176,12 @@ func TestDirectOutputSizeChecked(t *testing.T) {
 // The direct path with an empty array in and out (no bytes to copy) and a
 // boolean one (one byte per element on both sides).
 func TestRunDirectEmptyAndBool(t *testing.T) {
-	b := openXLACPUInternal(t)
+	for _, name := range directBackends {
+		t.Run(name, func(t *testing.T) { testRunDirectEmptyAndBool(t, openDirectBackend(t, name)) })
+	}
+}
+
+func testRunDirectEmptyAndBool(t *testing.T, b *Backend) {
 	ctx := context.Background()
 	empty := ir.MakeShape(ir.Float32, 0, 3)
 	exe, err := b.Compile(ctx, "empty-bool", func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
@@ -176,5 +206,67 @@ func TestRunDirectEmptyAndBool(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("not = %v, want %v", got, want)
 		}
+	}
+}
+
+// On the cpu engine a program runs through the direct path, which stops
+// between the engine's steps once the context is done: a long chain of
+// products with a context cancelled from another goroutine returns the
+// context's error, leaves no goroutine behind, and the next run of the
+// same executable is correct. (Injected fault: with the engine's step
+// loop not looking at the context, the run finishes and this fails.)
+func TestCPUDirectRunCancelled(t *testing.T) {
+	b := openDirectBackend(t, "cpu")
+	s := ir.MakeShape(ir.Float32, 256, 256)
+	exe, err := b.Compile(context.Background(), "chain", func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+		x := in[0]
+		for range 400 {
+			x = graph.Tanh(graph.MatMul(x, in[0]))
+		}
+		return []*ir.Node{x}, nil
+	}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Close()
+	if exe.direct == nil {
+		t.Fatal("a cpu engine program has no direct form")
+	}
+	vals := make([]float32, 256*256)
+	for i := range vals {
+		vals[i] = float32(i%7) / 700
+	}
+	x := tensors.FromFlatDataAndDimensions(vals, 256, 256)
+	start := time.Now()
+	if _, err := exe.Run(context.Background(), x); err != nil { // also starts the kernels' worker pool
+		t.Fatal(err)
+	}
+	full := time.Since(start)
+	before := runtime.NumGoroutine()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(full / 10); cancel() }()
+	start = time.Now()
+	if _, err := exe.Run(ctx, x); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled run: %v, want context.Canceled", err)
+	}
+	if d := time.Since(start); d > full/2 {
+		t.Errorf("the cancelled run took %v, a whole run %v: it did not stop early", d, full)
+	}
+	// The abandoned run stops at its next step: its goroutine ends long
+	// before a whole run would.
+	stopped := false
+	for deadline := start.Add(full / 2); !stopped && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		stopped = runtime.NumGoroutine() <= before
+	}
+	if !stopped {
+		t.Errorf("%d goroutines half a run after the cancel, %d before: the abandoned run did not stop", runtime.NumGoroutine(), before)
+	}
+	outs, err := exe.Run(context.Background(), x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := tensors.MustCopyFlatData[float32](outs[0])
+	if got[0] != got[0] || got[0] == 0 {
+		t.Fatalf("the run after a cancelled one gave %v", got[:4])
 	}
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -118,6 +119,13 @@ func (x *Executable) putRun(r *run) {
 
 // Execute runs the plan. Donated inputs become the run's to free or reuse.
 func (x *Executable) Execute(inputs []backends.Buffer, donate []bool, _ backends.DeviceNum) ([]backends.Buffer, error) {
+	return x.ExecuteContext(context.Background(), inputs, donate)
+}
+
+// ExecuteContext is Execute that stops between steps once ctx is done,
+// returning ctx's error after releasing every buffer the run holds (a
+// step already running finishes first: kernels do not poll).
+func (x *Executable) ExecuteContext(ctx context.Context, inputs []backends.Buffer, donate []bool) ([]backends.Buffer, error) {
 	if x.finalized {
 		return nil, fmt.Errorf("%s: computation %q: executable already finalized", Name, x.name)
 	}
@@ -141,7 +149,16 @@ func (x *Executable) Execute(inputs []backends.Buffer, donate []bool, _ backends
 			r.bufs[s] = sl.konst
 		}
 	}
+	done := ctx.Done()
 	for i := range x.p.steps {
+		if done != nil {
+			select {
+			case <-done:
+				r.releaseAll()
+				return nil, ctx.Err()
+			default:
+			}
+		}
 		if err := r.step(i); err != nil {
 			r.releaseAll()
 			return nil, err
@@ -149,6 +166,14 @@ func (x *Executable) Execute(inputs []backends.Buffer, donate []bool, _ backends
 	}
 	return r.outputs()
 }
+
+// Engine returns the engine the executable was compiled on.
+func (x *Executable) Engine() *Engine { return x.e }
+
+// Recycle takes back an output buffer of a run that its caller has
+// copied out and will not use again (a direct run's outputs): the next
+// run reuses it, so a direct run allocates no buffers of its own.
+func (x *Executable) Recycle(b backends.Buffer) { x.e.recycle(b) }
 
 // checkInputs checks the count and shapes of the inputs.
 func (x *Executable) checkInputs(inputs []backends.Buffer, donate []bool) error {
