@@ -212,9 +212,10 @@ func testRunDirectEmptyAndBool(t *testing.T, b *Backend) {
 // On the cpu engine a program runs through the direct path, which stops
 // between the engine's steps once the context is done: a long chain of
 // products with a context cancelled from another goroutine returns the
-// context's error, leaves no goroutine behind, and the next run of the
-// same executable is correct. (Injected fault: with the engine's step
-// loop not looking at the context, the run finishes and this fails.)
+// context's error well before a whole run's time, leaves no goroutine
+// behind, and the next run of the same executable is correct. (Injected
+// fault: with the engine's step loop not looking at the context, the run
+// finishes and returns no error.)
 func TestCPUDirectRunCancelled(t *testing.T) {
 	b := openDirectBackend(t, "cpu")
 	s := ir.MakeShape(ir.Float32, 256, 256)
@@ -252,14 +253,8 @@ func TestCPUDirectRunCancelled(t *testing.T) {
 	if d := time.Since(start); d > full/2 {
 		t.Errorf("the cancelled run took %v, a whole run %v: it did not stop early", d, full)
 	}
-	// The abandoned run stops at its next step: its goroutine ends long
-	// before a whole run would.
-	stopped := false
-	for deadline := start.Add(full / 2); !stopped && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		stopped = runtime.NumGoroutine() <= before
-	}
-	if !stopped {
-		t.Errorf("%d goroutines half a run after the cancel, %d before: the abandoned run did not stop", runtime.NumGoroutine(), before)
+	if n := runtime.NumGoroutine(); n > before {
+		t.Errorf("%d goroutines after the cancelled run, %d before", n, before)
 	}
 	outs, err := exe.Run(context.Background(), x)
 	if err != nil {

@@ -50,9 +50,11 @@ type directExe struct {
 func (d *directExe) OutputShapes() []ir.Shape { return d.outs }
 
 // RunDirect implements driver.DirectExecutable: host arguments are copied
-// into engine buffers, the plan runs on its own goroutine (so that a done
-// ctx returns at once; the abandoned run stops at its next step), and the
-// outputs are copied into out and their buffers recycled.
+// into engine buffers, the plan runs on the calling goroutine, and the
+// outputs are copied into out and their buffers recycled. A done ctx ends
+// the run at the engine's next step, with every buffer released: within
+// one op's time, not at once (a goroutine per run to return at once cost
+// a tenth of the MLP's 27 µs).
 func (d *directExe) RunDirect(ctx context.Context, dev int, in []driver.DirectArg, out [][]byte) error {
 	if dev != 0 {
 		return &errs.Error{Kind: errs.InvalidArgument, Backend: Name, Op: "run",
@@ -72,17 +74,7 @@ func (d *directExe) RunDirect(ctx context.Context, dev int, in []driver.DirectAr
 				Err: fmt.Errorf("output #%d (%s) needs %d bytes, the destination holds %d", j, s, s.Size()*s.DType.Size(), len(o))}
 		}
 	}
-	if ctx.Done() == nil {
-		return d.run(ctx, in, out)
-	}
-	done := make(chan error, 1)
-	go func() { done <- d.run(ctx, in, out) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return d.run(ctx, in, out)
 }
 
 // run is one direct run on the calling goroutine.
