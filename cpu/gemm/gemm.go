@@ -36,7 +36,7 @@ type Matrix struct {
 // GOMAXPROCS. Operands too short for their sizes and strides are an error;
 // a panic inside a worker is returned as *parallel.PanicError.
 func Sgemm(m, n, k int, a, b Matrix, c []float32, ldc int, accumulate bool, threads int) error {
-	if useTiled(m, n, k) && m > 0 && n > 0 && k > 0 {
+	if useTiled(m, n, k) && !widePacked(n, b) && m > 0 && n > 0 && k > 0 {
 		if err := validate(m, n, k, a, b, c, ldc); err != nil {
 			return err
 		}
