@@ -100,9 +100,12 @@ func (p *dotPlan) runPacked(r *run, x backends.Buffer, rhs []float32) ([]backend
 	if err != nil {
 		return nil, err
 	}
-	if p.m <= gemvRows && p.weightsView() {
+	switch {
+	case p.m <= gemvRows && p.weightsView():
 		err = p.gemvF32(r, lhs, rhs, flat.([]float32))
-	} else {
+	case p.m <= gemvRows && p.inPlaceForm() != formNone:
+		err = p.gemvBatched(r, lhs, rhs, flat.([]float32))
+	default:
 		err = p.gemms(r, lhs, rhs, flat.([]float32))
 	}
 	if err != nil {

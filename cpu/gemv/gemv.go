@@ -7,7 +7,10 @@
 // place (no packing copy), four rows at a time, keeping one SIMD accumulator
 // per (x row, W row) pair in registers and summing its lanes at the end.
 // The int8 variant reads a quarter of the bytes and dequantizes per output
-// row after the sum.
+// row after the sum. The kernels prefetch the weights a few blocks ahead,
+// so that each thread streams them at the memory's bandwidth rather than
+// its latency. F32KN (kn.go) is the product by a row-major K×N matrix,
+// the values of attention over a KV cache, also read in place.
 //
 //go:generate go run gen_asm.go
 //go:generate go run gen_neon.go
@@ -23,14 +26,18 @@ import (
 // blockRows is the number of W rows one kernel call covers.
 const blockRows = 4
 
-// chunkBytes is the least weight bytes a worker is given: below it, the cost
-// of starting a goroutine outweighs what a second core's bandwidth buys.
-// On the 2-vCPU EPYC VM this was measured on, waking the idle second vCPU
-// costs tens of µs, so two threads beat one only from a few MB of weights
-// up (see BenchmarkF32). Below about 1 MiB of weights one thread is as fast
-// or faster even with the spinning pool of package parallel (the batch-1
-// MLP: 784x512 weights).
-const chunkBytes = 1 << 20
+// chunkBytes is the least weight bytes a worker is given. Package
+// parallel's workers spin between pieces, so within a run of kernels (an
+// LLM decode step: 85 products and the element-wise ops between them,
+// back to back) handing a piece to the second thread costs about a
+// microsecond, and each thread streams its share of the weights at its
+// own bandwidth: splitting pays from tens of KiB of weights. With 1 MiB
+// here (set when a parked worker's wake-up, tens of µs, was the cost),
+// the 256×768 and 768×768 projections of the 100M Llama ran on one
+// thread, and BenchmarkLlamaStep took 3.76 ms (int8, M=1) and 15.2 ms
+// (int8, M=16) against 3.38 and 11.6 at 64 KiB (prefetch off, median of
+// 5, 2-vCPU EPYC). 64 KiB is the fused element-wise kernels' grain too.
+const chunkBytes = 64 << 10
 
 // F32 computes y[m*ldy + n] = Σ_k x[m*ldx + k] * w[n*ldw + k] for m < M,
 // n < N, overwriting y and leaving the rest of y untouched. The leading
@@ -66,11 +73,12 @@ func f32With(kern kernel, M, N, K int, x []float32, ldx int, w []float32, ldw in
 		return nil
 	}
 	t, grain, blocks := plan(N, 4*K, threads)
+	pf := prefetchFor(N, 4*K, 4*ldw, prefetchMinF32)
 	if t <= 1 {
-		return parallel.Run(func() { f32Rows(kern, M, K, x, ldx, w, ldw, y, ldy, 0, N) })
+		return parallel.Run(func() { f32Rows(kern, M, K, x, ldx, w, ldw, y, ldy, 0, N, pf) })
 	}
 	return parallel.For(blocks, grain, t, func(lo, hi int) {
-		f32Rows(kern, M, K, x, ldx, w, ldw, y, ldy, lo*blockRows, min(hi*blockRows, N))
+		f32Rows(kern, M, K, x, ldx, w, ldw, y, ldy, lo*blockRows, min(hi*blockRows, N), pf)
 	})
 }
 
@@ -94,11 +102,12 @@ func int8With(kern kernel, M, N, K int, x []float32, ldx int, w []int8, ldw int,
 		kk = kernGo // the AVX2 int8 tail re-reads a full 8-byte vector
 	}
 	t, grain, blocks := plan(N, K, threads)
+	pf := prefetchFor(N, K, ldw, prefetchMinInt8)
 	if t <= 1 {
-		return parallel.Run(func() { int8Rows(kk, M, K, x, ldx, w, ldw, scale, y, ldy, 0, N) })
+		return parallel.Run(func() { int8Rows(kk, M, K, x, ldx, w, ldw, scale, y, ldy, 0, N, pf) })
 	}
 	return parallel.For(blocks, grain, t, func(lo, hi int) {
-		int8Rows(kk, M, K, x, ldx, w, ldw, scale, y, ldy, lo*blockRows, min(hi*blockRows, N))
+		int8Rows(kk, M, K, x, ldx, w, ldw, scale, y, ldy, lo*blockRows, min(hi*blockRows, N), pf)
 	})
 }
 
@@ -155,15 +164,54 @@ func plan(N, rowBytes, threads int) (workers, grain, blocks int) {
 	return min(parallel.Threads(threads), (blocks+grain-1)/grain), grain, blocks
 }
 
+// prefetchAhead is the least distance, in bytes, at which the assembly
+// kernels prefetch the weights: rounded up to whole blocks, so that the
+// prefetches of one block's call land on the rows of a later block
+// (gen_asm.go's prefetch). BenchmarkLlamaStep (weights streamed from
+// memory, 2 threads) measured, median of 5 at 1, 2, 4 and 8 KiB: int8
+// M=1 2.56, 2.50, 2.52, 2.42 ms; int8 M=16 7.26, 7.32, 8.58, 7.44; f32
+// M=1 8.1, 8.3, 7.9, 7.7; f32 M=16 11.2, 11.0, 11.1, 10.9; without
+// prefetching 3.38, 11.6, 7.8 and 15.1 (a shared VM: differences under
+// about 5 % are noise).
+const prefetchAhead = 8 << 10
+
+// prefetchMinF32 and prefetchMinInt8 are the least weight bytes an F32 or
+// Int8 product must read for the kernels to prefetch (see prefetchFor):
+// more than 256 KiB for F32, whose small products most often find their
+// weights in cache (package gemm's dot-product path calls it on tiles of
+// at most 256 KiB of weights that many tiles of rows read from L2, where
+// prefetching into L1 only evicts what the kernel reads: BenchmarkTiled
+// 1024³ 287 against 326 GFLOP/s on two threads), and any size for Int8,
+// whose only caller is LLM decode, streaming every weight from memory
+// once per step (the 256×768 int8 K and V projections are 192 KiB).
+// Tests set them to force either kernel variant.
+var (
+	prefetchMinF32  = 256<<10 + 1
+	prefetchMinInt8 = 0
+)
+
+// prefetchFor returns the prefetch distance for a product reading N rows
+// of rowBytes bytes, ldBytes apart: 0 (the kernels that do not prefetch)
+// below minBytes, else the least whole number of four-row blocks of at
+// least prefetchAhead bytes.
+func prefetchFor(N, rowBytes, ldBytes, minBytes int) int {
+	blk := blockRows * ldBytes
+	if N*rowBytes < minBytes || blk <= 0 {
+		return 0
+	}
+	return (prefetchAhead + blk - 1) / blk * blk
+}
+
 // f32Rows computes output columns [lo, hi) for all M rows of x: full blocks
-// of four W rows in place, then the last N%4 rows one at a time.
-func f32Rows(kern kernel, M, K int, x []float32, ldx int, w []float32, ldw int, y []float32, ldy int, lo, hi int) {
+// of four W rows in place, then the last N%4 rows one at a time. pf is the
+// kernels' prefetch distance, 0 for none.
+func f32Rows(kern kernel, M, K int, x []float32, ldx int, w []float32, ldw int, y []float32, ldy int, lo, hi, pf int) {
 	mbMax := kern.maxMB()
 	n := lo
 	for ; n+blockRows <= hi; n += blockRows {
 		for m := 0; m < M; m += mbMax {
 			mb := min(mbMax, M-m)
-			f32Block(kern, x[m*ldx:], ldx, mb, w[n*ldw:], ldw, K, y[m*ldy+n:], ldy)
+			f32Block(kern, x[m*ldx:], ldx, mb, w[n*ldw:], ldw, K, y[m*ldy+n:], ldy, pf)
 		}
 	}
 	// A lone row runs as a block of four copies of itself (ldw = 0) into
@@ -172,7 +220,7 @@ func f32Rows(kern kernel, M, K int, x []float32, ldx int, w []float32, ldw int, 
 	for ; n < hi; n++ {
 		for m := 0; m < M; m += mbMax {
 			mb := min(mbMax, M-m)
-			f32Block(kern, x[m*ldx:], ldx, mb, w[n*ldw:], 0, K, tmp[:], blockRows)
+			f32Block(kern, x[m*ldx:], ldx, mb, w[n*ldw:], 0, K, tmp[:], blockRows, 0)
 			for j := range mb {
 				y[(m+j)*ldy+n] = tmp[j*blockRows]
 			}
@@ -181,13 +229,13 @@ func f32Rows(kern kernel, M, K int, x []float32, ldx int, w []float32, ldw int, 
 }
 
 // int8Rows is f32Rows for int8 weights.
-func int8Rows(kern kernel, M, K int, x []float32, ldx int, w []int8, ldw int, scale []float32, y []float32, ldy int, lo, hi int) {
+func int8Rows(kern kernel, M, K int, x []float32, ldx int, w []int8, ldw int, scale []float32, y []float32, ldy int, lo, hi, pf int) {
 	mbMax := kern.maxMB()
 	n := lo
 	for ; n+blockRows <= hi; n += blockRows {
 		for m := 0; m < M; m += mbMax {
 			mb := min(mbMax, M-m)
-			int8Block(kern, x[m*ldx:], ldx, mb, w[n*ldw:], ldw, K, scale[n:], y[m*ldy+n:], ldy)
+			int8Block(kern, x[m*ldx:], ldx, mb, w[n*ldw:], ldw, K, scale[n:], y[m*ldy+n:], ldy, pf)
 		}
 	}
 	var tmp [4 * blockRows]float32
@@ -196,7 +244,7 @@ func int8Rows(kern kernel, M, K int, x []float32, ldx int, w []int8, ldw int, sc
 		sc := [blockRows]float32{s, s, s, s}
 		for m := 0; m < M; m += mbMax {
 			mb := min(mbMax, M-m)
-			int8Block(kern, x[m*ldx:], ldx, mb, w[n*ldw:], 0, K, sc[:], tmp[:], blockRows)
+			int8Block(kern, x[m*ldx:], ldx, mb, w[n*ldw:], 0, K, sc[:], tmp[:], blockRows, 0)
 			for j := range mb {
 				y[(m+j)*ldy+n] = tmp[j*blockRows]
 			}

@@ -229,10 +229,13 @@ func testShapes(t *testing.T, int8w bool) {
 				ref, mag := p.reference()
 				for _, threads := range []int{1, 3} {
 					var first []float32
-					for _, kern := range kernels {
-						what := fmt.Sprintf("%v M=%d N=%d K=%d threads=%d", kern, M, N, K, threads)
+					for _, v := range variants(kernels) {
+						kern := v.kern
+						what := fmt.Sprintf("%v M=%d N=%d K=%d threads=%d", v, M, N, K, threads)
 						y := p.newY()
-						if err := p.run(kern, y, threads); err != nil {
+						var err error
+						withPrefetch(v.pf, func() { err = p.run(kern, y, threads) })
+						if err != nil {
 							t.Fatalf("%s: %v", what, err)
 						}
 						p.checkY(t, what, y, ref, mag)
@@ -246,9 +249,74 @@ func testShapes(t *testing.T, int8w bool) {
 			}
 		}
 	}
-	for _, kern := range kernels {
-		w := worst[kern.String()]
+	for _, v := range variants(kernels) {
+		w := worst[v.String()]
 		t.Logf("worst error so far %.3g eps32·Σ|x·w| (%s); bound %d", w.v, w.what, tolEps)
+	}
+}
+
+// variant is a kernel with its prefetching forced on or off: the assembly
+// kernels come in both forms (the PF functions of gen_asm.go), which must
+// compute the same.
+type variant struct {
+	kern kernel
+	pf   bool
+}
+
+// String names the variant as the test messages and the worst table do.
+func (v variant) String() string {
+	if v.pf {
+		return v.kern.String() + "+pf"
+	}
+	return v.kern.String()
+}
+
+// variants lists each kernel without prefetching, and each assembly kernel
+// with it too (the Go kernel has nothing to prefetch).
+func variants(kernels []kernel) []variant {
+	var vs []variant
+	for _, k := range kernels {
+		vs = append(vs, variant{k, false})
+		if k != kernGo {
+			vs = append(vs, variant{k, true})
+		}
+	}
+	return vs
+}
+
+// withPrefetch runs fn with the kernels' prefetching forced on (every
+// product size) or off, and restores the thresholds.
+func withPrefetch(on bool, fn func()) {
+	f, i := prefetchMinF32, prefetchMinInt8
+	defer func() { prefetchMinF32, prefetchMinInt8 = f, i }()
+	prefetchMinF32, prefetchMinInt8 = math.MaxInt, math.MaxInt
+	if on {
+		prefetchMinF32, prefetchMinInt8 = 0, 0
+	}
+	fn()
+}
+
+// TestPrefetchBitwise checks that the prefetching kernels give the same
+// bits as the others (they run the same arithmetic), at the sizes of the
+// decode products and at odd ones, threads 1 and 2.
+func TestPrefetchBitwise(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	for _, int8w := range []bool{false, true} {
+		for _, s := range [][3]int{{1, 256, 768}, {3, 130, 2048}, {16, 64, 768}, {5, 33, 100}} {
+			p := newProblem(rng, s[0], s[1], s[2], int8w)
+			for _, kern := range availableKernels() {
+				for _, threads := range []int{1, 2} {
+					var y0, y1 []float32
+					withPrefetch(false, func() { y0 = p.newY(); _ = p.run(kern, y0, threads) })
+					withPrefetch(true, func() { y1 = p.newY(); _ = p.run(kern, y1, threads) })
+					for i := range y0 {
+						if math.Float32bits(y0[i]) != math.Float32bits(y1[i]) {
+							t.Fatalf("%v int8=%v M=%d N=%d K=%d threads=%d: y[%d] = %v prefetching, %v not", kern, int8w, s[0], s[1], s[2], threads, i, y1[i], y0[i])
+						}
+					}
+				}
+			}
+		}
 	}
 }
 

@@ -40,7 +40,8 @@ var wPtr = [4]string{"DI", "R11", "R12", "R13"}
 
 // gen accumulates the assembly text.
 type gen struct {
-	b bytes.Buffer
+	b  bytes.Buffer
+	pf bool // the kernel being emitted prefetches (the "PF" variants)
 }
 
 // p emits one instruction.
@@ -65,8 +66,15 @@ func main() {
 	}
 	g.b.WriteString("GLOBL ·maskTab(SB), RODATA|NOPTR, $96\n\n")
 	for _, s := range isas {
-		g.kernel(s, false)
-		g.kernel(s, true)
+		for _, pf := range []bool{false, true} {
+			g.pf = pf
+			g.kernel(s, false)
+			g.kernel(s, true)
+		}
+	}
+	g.pf = false
+	for _, s := range isas {
+		g.knKernel(s)
 	}
 	if err := os.WriteFile("gemv_amd64.s", g.b.Bytes(), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -75,12 +83,16 @@ func main() {
 }
 
 // kernel emits one function: the pointer set-up, a jump on mb and one
-// loop per mb.
+// loop per mb. With g.pf it is the prefetching variant, named with a PF
+// suffix; both take the prefetch distance pf, which the other ignores.
 func (g *gen) kernel(s isa, int8w bool) {
-	name, args, yOff := "f32"+s.name, 64, 48
+	name, args, yOff := "f32"+s.name, 72, 48
 	wShift := 2
 	if int8w {
-		name, args, yOff, wShift = "i8"+s.name, 72, 56, 0
+		name, args, yOff, wShift = "i8"+s.name, 80, 56, 0
+	}
+	if g.pf {
+		name += "PF"
 	}
 	scaleArg := ""
 	if int8w {
@@ -90,7 +102,7 @@ func (g *gen) kernel(s isa, int8w bool) {
 	if int8w {
 		wType = "*int8"
 	}
-	fmt.Fprintf(&g.b, "// func %s(x *float32, ldx, mb int, w %s, ldw, k int%s, y *float32, ldy int)\n", name, wType, scaleArg)
+	fmt.Fprintf(&g.b, "// func %s(x *float32, ldx, mb int, w %s, ldw, k int%s, y *float32, ldy, pf int)\n", name, wType, scaleArg)
 	fmt.Fprintf(&g.b, "TEXT ·%s(SB), NOSPLIT, $0-%d\n", name, args)
 	g.p("MOVQ x+0(FP), SI")
 	g.p("MOVQ ldx+8(FP), CX")
@@ -116,7 +128,7 @@ func (g *gen) kernel(s isa, int8w bool) {
 	}
 	g.p("JMP %s_mb%d", name, s.maxMB)
 	for mb := 1; mb <= s.maxMB; mb++ {
-		g.block(s, int8w, name, mb, yOff)
+		g.block(s, int8w, name, mb, yOff, yOff+16)
 	}
 	g.b.WriteString("\n")
 }
@@ -141,8 +153,10 @@ func sets(s isa, mb int) int {
 }
 
 // block emits the code for one mb: loops over full vectors, then the K
-// tail, then the horizontal sums and the stores.
-func (g *gen) block(s isa, int8w bool, name string, mb, yOff int) {
+// tail, then the horizontal sums and the stores. The vector loops also
+// prefetch the weights pf bytes past the block (argument at pfOff), see
+// prefetch.
+func (g *gen) block(s isa, int8w bool, name string, mb, yOff, pfOff int) {
 	l := fmt.Sprintf("%s_mb%d", name, mb)
 	ns := sets(s, mb)
 	g.label(l)
@@ -160,13 +174,22 @@ func (g *gen) block(s isa, int8w bool, name string, mb, yOff int) {
 		g.p("ANDQ $-%d, CX", 2*s.vl)
 		g.p("TESTQ CX, CX")
 		g.p("JEQ %s_one", l)
+		// BX, the bound of the one-vector step, is the prefetch pointer
+		// during this loop and is set again after it.
+		if g.pf {
+			g.p("MOVQ pf+%d(FP), BX", pfOff)
+			g.p("ADDQ DI, BX")
+		}
 		g.label(l + "_loop2")
+		g.prefetch(s, int8w, 2, "BX")
 		g.step(s, int8w, mb, 0, 0)
 		g.step(s, int8w, mb, 1, s.vl)
 		g.p("ADDQ $%d, AX", 2*s.vl)
 		g.p("CMPQ AX, CX")
 		g.p("JLT %s_loop2", l)
 		g.label(l + "_one")
+		g.p("MOVQ DX, BX")
+		g.p("ANDQ $-%d, BX", s.vl)
 		g.p("CMPQ AX, BX")
 		g.p("JEQ %s_tail", l)
 		g.step(s, int8w, mb, 0, 0)
@@ -174,7 +197,13 @@ func (g *gen) block(s isa, int8w bool, name string, mb, yOff int) {
 	} else {
 		g.p("TESTQ BX, BX")
 		g.p("JEQ %s_tail", l)
+		// CX is free until the tail: the prefetch pointer.
+		if g.pf {
+			g.p("MOVQ pf+%d(FP), CX", pfOff)
+			g.p("ADDQ DI, CX")
+		}
 		g.label(l + "_loop")
+		g.prefetch(s, int8w, 1, "CX")
 		g.step(s, int8w, mb, 0, 0)
 		g.p("ADDQ $%d, AX", s.vl)
 		g.p("CMPQ AX, BX")
@@ -191,6 +220,32 @@ func (g *gen) block(s isa, int8w bool, name string, mb, yOff int) {
 		}
 	}
 	g.reduce(s, int8w, mb, yOff)
+}
+
+// prefetch emits the software prefetches of one loop iteration of nvec
+// vectors of K, through pointer register ptr, and advances it. The kernel
+// is called with ptr = w + pf, where the caller picks pf a few blocks of
+// four rows ahead (ldw = K: a block is 4·K contiguous weights), and ptr
+// moves four times as fast as the row pointers do, so that one pass over
+// the block prefetches the 4·K weights pf bytes on: the rows this call's
+// successors will read. Without it the kernels read the weights from
+// memory in short bursts (one block is 3 KiB of int8 at K = 768) that the
+// hardware prefetcher does not run far enough ahead of, and the loads'
+// latency, not the memory bandwidth, bounds decode (BenchmarkLlamaStep).
+// Prefetches never fault, so running past the matrix is harmless.
+func (g *gen) prefetch(s isa, int8w bool, nvec int, ptr string) {
+	if !g.pf {
+		return
+	}
+	esize := 4
+	if int8w {
+		esize = 1
+	}
+	adv := 4 * nvec * s.vl * esize
+	for off := 0; off < adv; off += 64 {
+		g.p("PREFETCHT0 %s(%s)", disp(off), ptr)
+	}
+	g.p("ADDQ $%d, %s", adv, ptr)
 }
 
 // step emits one vector of K, off elements past AX, into accumulator set
@@ -314,6 +369,136 @@ func (g *gen) reduce(s isa, int8w bool, mb, yOff int) {
 			g.p("VMULPS (DI), X%d, X%d", a, a)
 		}
 		g.p("VMOVUPS X%d, (SI)", a)
+		if m+1 < mb {
+			g.p("ADDQ CX, SI")
+		}
+	}
+	g.p("VZEROUPPER")
+	g.p("RET")
+}
+
+// knKernel emits f32kn<ISA>(x *float32, ldx, mb int, b *float32, ldb, k int,
+// y *float32, ldy, n int): for m < mb and j < n, y[m*ldy+j] =
+// Σ_{i<k} x[m*ldx+i]·b[i*ldb+j], with 1 ≤ n ≤ 4 vectors, 1 ≤ mb ≤ maxMB and
+// k ≥ 1. This is the product by a row-major K×N matrix read in place (the
+// values of attention, [keys, head dim] rows): each step loads one row of
+// b's panel, up to four vectors, and adds it times x[m, i], broadcast, to
+// the mb·nv accumulators; the last vector's loads and stores are masked to
+// the n columns. Each (mb, nv) pair is its own loop, so the accumulators
+// stay in registers: mb·nv ≤ 16 on AVX-512 (Z0–Z15, row of b in Z16–Z19,
+// x in Z20) and ≤ 8 on AVX2 (Y0–Y7, Y8–Y11, Y12, the mask in Y15).
+func (g *gen) knKernel(s isa) {
+	name := "f32kn" + s.name
+	shift := 4
+	if s.vl == 8 {
+		shift = 3
+	}
+	fmt.Fprintf(&g.b, "// func %s(x *float32, ldx, mb int, b *float32, ldb, k int, y *float32, ldy, n int)\n", name)
+	fmt.Fprintf(&g.b, "TEXT ·%s(SB), NOSPLIT, $0-72\n", name)
+	// The last vector's mask, from r = (n-1)%vl + 1 lanes.
+	g.p("MOVQ n+64(FP), CX")
+	g.p("DECQ CX")
+	g.p("ANDQ $%d, CX", s.vl-1)
+	g.p("INCQ CX")
+	if s.reg == "Z" {
+		g.p("MOVL $1, AX")
+		g.p("SHLL CX, AX")
+		g.p("DECL AX")
+		g.p("KMOVW AX, K1")
+	} else {
+		g.p("NEGQ CX")
+		g.p("LEAQ ·maskTab(SB), AX")
+		g.p("VMOVDQU 32(AX)(CX*4), Y15") // head mask: r ones, 8-r zeros
+	}
+	g.p("MOVQ x+0(FP), SI")
+	g.p("MOVQ ldx+8(FP), CX")
+	g.p("SHLQ $2, CX")
+	for i := 1; i < 4; i++ {
+		g.p("LEAQ (%s)(CX*1), %s", xPtr[i-1], xPtr[i])
+	}
+	g.p("MOVQ b+24(FP), DI")
+	g.p("MOVQ ldb+32(FP), CX")
+	g.p("SHLQ $2, CX")
+	g.p("MOVQ k+40(FP), DX")
+	// BX = (mb-1)*4 + nv-1 picks the loop.
+	g.p("MOVQ n+64(FP), BX")
+	g.p("ADDQ $%d, BX", s.vl-1)
+	g.p("SHRQ $%d, BX", shift)
+	g.p("DECQ BX")
+	g.p("MOVQ mb+16(FP), AX")
+	g.p("DECQ AX")
+	g.p("SHLQ $2, AX")
+	g.p("ADDQ AX, BX")
+	for mb := 1; mb <= s.maxMB; mb++ {
+		for nv := 1; nv <= 4; nv++ {
+			if mb == s.maxMB && nv == 4 {
+				g.p("JMP %s_m%dv%d", name, mb, nv)
+				continue
+			}
+			g.p("CMPQ BX, $%d", (mb-1)*4+nv-1)
+			g.p("JEQ %s_m%dv%d", name, mb, nv)
+		}
+	}
+	for mb := 1; mb <= s.maxMB; mb++ {
+		for nv := 1; nv <= 4; nv++ {
+			g.knLoop(s, name, mb, nv)
+		}
+	}
+	g.b.WriteString("\n")
+}
+
+// knLoop emits one (mb, nv) loop of knKernel and its stores.
+func (g *gen) knLoop(s isa, name string, mb, nv int) {
+	l := fmt.Sprintf("%s_m%dv%d", name, mb, nv)
+	bytes := 4 * s.vl
+	bReg := s.maxAcc     // first of the four registers holding b's row
+	xReg := s.maxAcc + 4 // the broadcast x
+	acc := func(m, v int) string { return g.v(s, m*nv+v) }
+	g.label(l)
+	for r := 0; r < mb*nv; r++ {
+		if s.reg == "Z" {
+			g.p("VPXORD Z%d, Z%d, Z%d", r, r, r)
+		} else {
+			g.p("VXORPS Y%d, Y%d, Y%d", r, r, r)
+		}
+	}
+	g.p("XORQ AX, AX")
+	g.label(l + "_loop")
+	for v := 0; v < nv; v++ {
+		br := g.v(s, bReg+v)
+		switch {
+		case v < nv-1:
+			g.p("VMOVUPS %s(DI), %s", disp(v*bytes), br)
+		case s.reg == "Z":
+			g.p("VMOVUPS.Z %s(DI), K1, %s", disp(v*bytes), br)
+		default:
+			g.p("VMASKMOVPS %s(DI), Y15, %s", disp(v*bytes), br)
+		}
+	}
+	for m := 0; m < mb; m++ {
+		g.p("VBROADCASTSS (%s)(AX*4), %s", xPtr[m], g.v(s, xReg))
+		for v := 0; v < nv; v++ {
+			g.p("VFMADD231PS %s, %s, %s", g.v(s, bReg+v), g.v(s, xReg), acc(m, v))
+		}
+	}
+	g.p("ADDQ CX, DI")
+	g.p("INCQ AX")
+	g.p("CMPQ AX, DX")
+	g.p("JLT %s_loop", l)
+	g.p("MOVQ y+48(FP), SI")
+	g.p("MOVQ ldy+56(FP), CX")
+	g.p("SHLQ $2, CX")
+	for m := 0; m < mb; m++ {
+		for v := 0; v < nv; v++ {
+			switch {
+			case v < nv-1:
+				g.p("VMOVUPS %s, %s(SI)", acc(m, v), disp(v*bytes))
+			case s.reg == "Z":
+				g.p("VMOVUPS %s, K1, %s(SI)", acc(m, v), disp(v*bytes))
+			default:
+				g.p("VMASKMOVPS %s, Y15, %s(SI)", acc(m, v), disp(v*bytes))
+			}
+		}
 		if m+1 < mb {
 			g.p("ADDQ CX, SI")
 		}

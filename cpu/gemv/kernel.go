@@ -50,16 +50,17 @@ func availableKernels() []kernel {
 
 // f32Block computes one block with the given kernel: for m < mb and i < 4,
 // y[m*ldy+i] = Σ_{k<K} x[m*ldx+k]·w[i*ldw+k]. ldw may be 0 (one row, four
-// times).
-func f32Block(kern kernel, x []float32, ldx, mb int, w []float32, ldw, k int, y []float32, ldy int) {
-	if !f32BlockArch(kern, x, ldx, mb, w, ldw, k, y, ldy) {
+// times). pf is how far past w, in bytes, the assembly kernels prefetch
+// (the weights of a later block; it changes no result).
+func f32Block(kern kernel, x []float32, ldx, mb int, w []float32, ldw, k int, y []float32, ldy, pf int) {
+	if !f32BlockArch(kern, x, ldx, mb, w, ldw, k, y, ldy, pf) {
 		f32BlockGo(x, ldx, mb, w, ldw, k, y, ldy)
 	}
 }
 
 // int8Block is f32Block for int8 weights, times scale[i].
-func int8Block(kern kernel, x []float32, ldx, mb int, w []int8, ldw, k int, scale, y []float32, ldy int) {
-	if !int8BlockArch(kern, x, ldx, mb, w, ldw, k, scale, y, ldy) {
+func int8Block(kern kernel, x []float32, ldx, mb int, w []int8, ldw, k int, scale, y []float32, ldy, pf int) {
+	if !int8BlockArch(kern, x, ldx, mb, w, ldw, k, scale, y, ldy, pf) {
 		int8BlockGo(x, ldx, mb, w, ldw, k, scale, y, ldy)
 	}
 }

@@ -14,8 +14,9 @@ func archKernels() []kernel {
 }
 
 // f32BlockArch runs a block on the NEON kernel and reports whether it did.
-// The callers have checked every length.
-func f32BlockArch(kern kernel, x []float32, ldx, mb int, w []float32, ldw, k int, y []float32, ldy int) bool {
+// The callers have checked every length. The NEON kernels do not
+// prefetch, so pf (the amd64 kernels' prefetch distance) is unused.
+func f32BlockArch(kern kernel, x []float32, ldx, mb int, w []float32, ldw, k int, y []float32, ldy, pf int) bool {
 	if kern != kernNEON {
 		return false
 	}
@@ -24,7 +25,7 @@ func f32BlockArch(kern kernel, x []float32, ldx, mb int, w []float32, ldw, k int
 }
 
 // int8BlockArch is f32BlockArch for int8 weights.
-func int8BlockArch(kern kernel, x []float32, ldx, mb int, w []int8, ldw, k int, scale, y []float32, ldy int) bool {
+func int8BlockArch(kern kernel, x []float32, ldx, mb int, w []int8, ldw, k int, scale, y []float32, ldy, pf int) bool {
 	if kern != kernNEON {
 		return false
 	}
@@ -41,3 +42,12 @@ func f32NEON(x *float32, ldx, mb int, w *float32, ldw, k int, y *float32, ldy in
 
 //go:noescape
 func i8NEON(x *float32, ldx, mb int, w *int8, ldw, k int, scale *float32, y *float32, ldy int)
+
+// knBlockArch reports that no assembly F32KN kernel ran: arm64 has none
+// yet, and runs the Go kernel.
+func knBlockArch(kern kernel, x []float32, ldx, mb int, b []float32, ldb, k int, y []float32, ldy, n int) bool {
+	return false
+}
+
+// knArch reports that no kernel here has an assembly F32KN.
+func knArch(kern kernel) bool { return false }
