@@ -39,12 +39,16 @@ func sample(lg *Node, sp sampleParams) (tok, logprob *Node) {
 	temp := Max(sp.temp, f32(1e-6))
 	x := Div(lg, col(temp))
 	// top-k: keep values >= the k-th largest.
+	// The count is summed in float32, exact below 2²⁴ entries (every
+	// vocabulary), so that it fuses with the comparison on every backend
+	// (the cpu engine's fused loops and reductions are float32's).
 	k := sp.topK
+	kf := ConvertDType(k, ir.Float32)
 	lo, hi := ReduceMin(x, -1), ReduceMax(x, -1)
 	for range searchSteps {
 		mid := Div(Add(lo, hi), f32(2))
-		cnt := ReduceSum(ConvertDType(GreaterOrEqual(x, col(mid)), ir.Int32), -1)
-		ok := GreaterOrEqual(cnt, k)
+		cnt := ReduceSum(ConvertDType(GreaterOrEqual(x, col(mid)), ir.Float32), -1)
+		ok := GreaterOrEqual(cnt, kf)
 		lo, hi = Where(ok, mid, lo), Where(ok, hi, mid)
 	}
 	useK := GreaterThan(k, ConstAsDType(g, ir.Int32, 0))
