@@ -79,7 +79,7 @@ func tiledSgemm(m, n, k int, a, b Matrix, c []float32, ldc int, accumulate bool,
 // the blocks of rows of X that stream past it find it there.
 const l2Bytes = 256 << 10
 
-// product computes C = X·Wᵀ in tiles of up to 16 rows of X by a block of
+// product computes C = X·Wᵀ in tiles of up to rowBlock rows of X by a block of
 // rows of W sized to stay in L2; the tiles are spread over the threads,
 // whole columns of tiles to a thread so each streams its block of W from
 // its own L2.
