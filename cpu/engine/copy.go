@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 )
 
@@ -69,6 +70,8 @@ func copyStrided(dst, src []byte, dims []int, start int, step []int, size int) {
 	for o := 0; o < len(dst); o += inner * size {
 		if step[r-1] == 1 {
 			copy(dst[o:o+inner*size], src[so*size:(so+inner)*size])
+		} else if step[r-1] == 0 {
+			fillBytes(dst[o:o+inner*size], src[so*size:(so+1)*size])
 		} else {
 			for j := range inner {
 				s := (so + j*step[r-1]) * size
@@ -122,6 +125,38 @@ func concatKernel(n *node) kernel {
 			for i, s := range srcs {
 				o += copy(d[o:], s[k*blocks[i]:(k+1)*blocks[i]])
 			}
+		}
+		return rn.one(ob), nil
+	}
+}
+
+// broadcastKernel is BroadcastInDim of a dtype the fused loops do not
+// handle (bool and integer masks, indices): a strided copy reading each
+// broadcast axis at stride 0, by XLA's definition
+// (https://openxla.org/xla/operation_semantics#broadcastindim). Float32
+// broadcasts stay in fused regions, as strided reads of their readers.
+func broadcastKernel(n *node) kernel {
+	in, out := n.in[0].shape(), n.shapes[0]
+	if !byteSized(in) || in.DType == dtypes.Float32 {
+		return nil
+	}
+	size := in.DType.Size()
+	step := broadcastStrides(in, out.Dimensions, n.attr.(axesAttr).axes)
+	return func(rn *run, ins []backends.Buffer) ([]backends.Buffer, error) {
+		src, err := rn.data(ins[0])
+		if err != nil {
+			return nil, err
+		}
+		ob, dst, err := rn.alloc(out)
+		if err != nil {
+			return nil, err
+		}
+		switch d, s := rawBytes(dst, size), rawBytes(src, size); {
+		case out.Size() == 0:
+		case out.Rank() == 0 || in.Size() == 1:
+			fillBytes(d, s[:size])
+		default:
+			copyStrided(d, s, out.Dimensions, 0, step, size)
 		}
 		return rn.one(ob), nil
 	}

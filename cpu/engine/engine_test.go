@@ -541,3 +541,74 @@ func TestSteps(t *testing.T) {
 		t.Fatalf("steps %s\nwant %s", got, want)
 	}
 }
+
+// TestBroadcastOfMasks: BroadcastInDim of bool and int32 (attention masks,
+// indices) runs natively, by XLA's definition (output index i reads input
+// index i restricted to the mapped axes; axes may be permuted), checked
+// against that definition computed here: a [2, 3] input to [3, 4, 2]
+// with axes (2, 0), a [1, 5] row to [4, 5] (size-1 axis broadcast too),
+// and a scalar.
+func TestBroadcastOfMasks(t *testing.T) {
+	e, _ := newPair(t)
+	cases := []struct {
+		in, out, axes []int
+	}{
+		{[]int{2, 3}, []int{3, 4, 2}, []int{2, 0}},
+		{[]int{1, 5}, []int{4, 5}, []int{0, 1}},
+		{[]int{}, []int{3, 2}, nil},
+		{[]int{4}, []int{4, 3}, []int{0}}, // stride 0 on the innermost axis
+	}
+	for _, c := range cases {
+		for _, dt := range []dtypes.DType{dtypes.Bool, dtypes.Int32} {
+			t.Run(fmt.Sprint(dt, c.in, c.out, c.axes), func(t *testing.T) {
+				s := shapes.Make(dt, c.in...)
+				vals := make([]int32, s.Size())
+				for i := range vals {
+					vals[i] = int32(i*7%5 - 2)
+				}
+				var in any = vals
+				if dt == dtypes.Bool {
+					b := make([]bool, len(vals))
+					for i, v := range vals {
+						b[i] = v > 0
+					}
+					in = b
+				}
+				fn := func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+					o, err := b.BroadcastInDim(p[0], shapes.Make(dt, c.out...), c.axes)
+					return []backends.Op{o}, err
+				}
+				steps := planOf(t, e, []shapes.Shape{s}, fn)
+				if len(steps) != 1 || steps[0].seg != nil {
+					t.Fatalf("planned as %v, want one native step", steps)
+				}
+				got := runGraph(t, e, []shapes.Shape{s}, []any{in}, fn)[0]
+				ist := rowMajorStrides(c.in)
+				ost := shapes.Make(dt, c.out...)
+				idx := make([]int, len(c.out))
+				for o := range ost.Size() {
+					rem := o
+					for a := len(c.out) - 1; a >= 0; a-- {
+						idx[a], rem = rem%c.out[a], rem/c.out[a]
+					}
+					src := 0
+					for i, a := range c.axes {
+						if c.in[i] != 1 {
+							src += idx[a] * ist[i]
+						}
+					}
+					var want, have any
+					switch g := got.(type) {
+					case []bool:
+						want, have = in.([]bool)[src], g[o]
+					case []int32:
+						want, have = in.([]int32)[src], g[o]
+					}
+					if want != have {
+						t.Fatalf("output %v = %v, want %v", idx, have, want)
+					}
+				}
+			})
+		}
+	}
+}

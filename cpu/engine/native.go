@@ -34,6 +34,8 @@ func nativeKernel(e *Engine, n *node) (kernel, []*value) {
 		return concatKernel(n), n.in
 	case backends.OpTypeReduceSum, backends.OpTypeReduceMax, backends.OpTypeReduceMin:
 		return reduceKernel(n), n.in
+	case backends.OpTypeBroadcastInDim:
+		return broadcastKernel(n), n.in
 	case backends.OpTypePad:
 		return padKernel(n), n.in
 	case backends.OpTypeReverse:
