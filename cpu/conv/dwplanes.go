@@ -26,6 +26,12 @@ func newDWPlanes(q *ConvParams, g *geometry, kl kernelLayout, kern dwKernel) *dw
 	}}
 	f.shape.init(kern)
 	kk := f.shape.ky * f.shape.k
+	if kl.out == kk && kl.spatial[0] == f.shape.k && kl.spatial[1] == 1 {
+		// Already in this order (PackKernel's layout): read in place,
+		// no copy per call.
+		f.w = kl.data[:q.OutChannels*kk]
+		return f
+	}
 	f.w = make([]float32, q.OutChannels*kk)
 	for o := range q.OutChannels {
 		for ky := range f.shape.ky {
