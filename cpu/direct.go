@@ -108,17 +108,19 @@ func (d *directExe) run(ctx context.Context, in []driver.DirectArg, out [][]byte
 	if err != nil {
 		return err
 	}
+	var first error // every output buffer goes back, whatever fails
 	for j, b := range res {
-		if out[j] != nil {
+		if out[j] != nil && first == nil {
 			flat, err := d.eng.BufferData(b)
 			if err != nil {
-				return err
+				first = err
+			} else {
+				copy(out[j], flatBytes(flat))
 			}
-			copy(out[j], flatBytes(flat))
 		}
 		d.x.Recycle(b)
 	}
-	return nil
+	return first
 }
 
 // flatBytes views a flat slice of any element type as its bytes.
