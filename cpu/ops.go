@@ -22,6 +22,8 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	tbengine "github.com/tensorbridge/tensorbridge/cpu/engine"
 )
 
 // engine is simplego with the extra ops of this file.
@@ -286,7 +288,7 @@ func (b *builder) selectAndScatter(operand, source backends.Op, window, strides 
 	if err != nil {
 		return nil, err
 	}
-	offsets := windowOffsets(window)
+	offsets := tbengine.WindowOffsets(window) // the engine's native kernel walks windows in the same order
 	slices := make([]backends.Op, len(offsets))
 	var m backends.Op
 	for i, k := range offsets {
@@ -372,26 +374,6 @@ func ones(n int) []int {
 	return s
 }
 
-// windowOffsets lists every multi-index of a window, in row-major order.
-func windowOffsets(window []int) [][]int {
-	total := 1
-	for _, w := range window {
-		total *= w
-	}
-	out := make([][]int, 0, total)
-	cur := make([]int, len(window))
-	for range total {
-		out = append(out, append([]int(nil), cur...))
-		for a := len(window) - 1; a >= 0; a-- {
-			cur[a]++
-			if cur[a] < window[a] {
-				break
-			}
-			cur[a] = 0
-		}
-	}
-	return out
-}
 
 // ConvGeneral is simplego's, with unset (nil or zero) strides and
 // dilations read as 1. GoMLX v0.26.0's convolution gradients build their

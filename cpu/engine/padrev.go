@@ -272,7 +272,7 @@ func (sc *scatterPlan) scatter(out, x, src []float32, threads int) error {
 			ident = hi
 		}
 	}
-	offs := windowOffsets(sc.window)
+	offs := WindowOffsets(sc.window)
 	lin := make([]int, len(offs)) // each offset's distance in the operand
 	for k, off := range offs {
 		for a, o := range off {
@@ -347,8 +347,10 @@ func (sc *scatterPlan) at(x []float32, xst, q, off, pos []int, ident float32) (f
 	return x[p], p
 }
 
-// windowOffsets lists every multi-index of a window in row-major order.
-func windowOffsets(window []int) [][]int {
+// WindowOffsets lists every multi-index of a window in row-major order:
+// the order SelectAndScatter visits a window in, here and in package
+// cpu's composition of it, on which ties depend.
+func WindowOffsets(window []int) [][]int {
 	total := 1
 	for _, w := range window {
 		total *= w
