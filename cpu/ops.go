@@ -374,7 +374,6 @@ func ones(n int) []int {
 	return s
 }
 
-
 // ConvGeneral is simplego's, with unset (nil or zero) strides and
 // dilations read as 1. GoMLX v0.26.0's convolution gradients build their
 // reverse convolutions without setting strides (ops_convolve.go,
