@@ -284,10 +284,15 @@ func TestNativeMatchesComposed(t *testing.T) {
 		names = append(names, fmt.Sprintf("Reverse%v", axes))
 		cases = append(cases, func(b backends.Builder, x backends.Op) (backends.Op, error) { return b.Reverse(x, axes...) })
 	}
-	for range 8 {
+	for i := range 12 {
+		// The first 8 are pooling windows (the engine's per-plane path),
+		// the rest window, stride or pad the leading axis too.
 		win := []int{1, 1 + rng.IntN(3), 1 + rng.IntN(3)}
 		str := []int{1, 1 + rng.IntN(2), 1 + rng.IntN(2)}
 		pad := [][2]int{{0, 0}, {rng.IntN(2), rng.IntN(2)}, {rng.IntN(2), rng.IntN(2)}}
+		if i >= 8 {
+			win[0], str[0], pad[0] = 2, 1+rng.IntN(2), [2]int{rng.IntN(2), rng.IntN(2)}
+		}
 		isMax := rng.IntN(2) == 0
 		names = append(names, fmt.Sprintf("SelectAndScatter(max=%v,%v,%v,%v)", isMax, win, str, pad))
 		cases = append(cases, func(b backends.Builder, x backends.Op) (backends.Op, error) {
@@ -295,7 +300,14 @@ func TestNativeMatchesComposed(t *testing.T) {
 			for a := range out {
 				out[a] = (dims[a]+pad[a][0]+pad[a][1]-win[a])/str[a] + 1
 			}
-			src, err := b.Iota(shapes.Make(dtypes.Float32, out...), 2)
+			// Sources of mixed magnitudes, so that a different order of
+			// the additions to one position changes the sum.
+			vals := make([]float32, out[0]*out[1]*out[2])
+			vr := rand.New(rand.NewPCG(uint64(i), 9))
+			for j := range vals {
+				vals[j] = (vr.Float32() + 0.5) * float32(math.Pow(10, float64(vr.IntN(8))))
+			}
+			src, err := b.Constant(vals, out...)
 			if err != nil {
 				return nil, err
 			}

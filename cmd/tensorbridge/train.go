@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -33,7 +34,7 @@ const trainSynopsis = `MODEL.onnx --data DIR --steps N --batch B --loss SPEC
     [--freeze REGEXP] [--shuffle SEED] [--grad-accum K]
     [--backend NAME] [--mesh data=D[,model=M]] [--strategy dp|tp|fsdp] [--precision float32|bfloat16]
     [--checkpoint-dir DIR] [--checkpoint-every N] [--keep K] [--resume]
-    [--output OUT.onnx] [--log-json FILE]
+    [--output OUT.onnx] [--log-json FILE] [--cpuprofile FILE]
     [--lr-schedule constant|cosine|linear] [--warmup-steps N] [--lr-schedule-steps N]
     [--clip-grad-norm F] [--eval-data DIR --eval-every N]`
 
@@ -52,6 +53,7 @@ type trainFlags struct {
 	evalData                                      string
 	evalEvery                                     int
 	threads                                       int
+	profile                                       string
 	set                                           map[string]bool
 }
 
@@ -85,6 +87,7 @@ func addTrainFlags(fs *flag.FlagSet, f *trainFlags) {
 	fs.Float64Var(&f.clip, "clip-grad-norm", 0, "clip the global gradient norm to F (torch.nn.utils.clip_grad_norm_); 0: off")
 	fs.StringVar(&f.evalData, "eval-data", "", "directory of held-out .npy data (same names as --data)")
 	fs.IntVar(&f.threads, "threads", 0, "confine the process to T CPUs (as run --threads) before opening the backend; 0: all")
+	fs.StringVar(&f.profile, "cpuprofile", "", "write a Go CPU profile of the whole run to FILE (go tool pprof)")
 	fs.IntVar(&f.evalEvery, "eval-every", 0, "with --eval-data, log the mean held-out loss every N steps (and at the end)")
 }
 
@@ -221,6 +224,17 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg, err := f.config()
 	if err != nil {
 		return err
+	}
+	if f.profile != "" {
+		pf, err := os.Create(f.profile)
+		if err != nil {
+			return usageErr("--cpuprofile: %v", err)
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	err = trainRun(ctx, fs.Arg(0), &f, cfg, sf, stdout, stderr)
 	var ee *exitError

@@ -32,7 +32,7 @@ type convPlan struct {
 	out                       shapes.Shape
 	taps, positions           int // ∏K and ∏ output spatial
 	contiguousOut             bool
-	// tapMajor: two spatial axes, no input dilation: patches
+	// tapMajor: two spatial axes: patches
 	// are laid out (tap, channel) and read from a channels-last copy of
 	// the input, a run of Cg channels per tap.
 	tapMajor bool
@@ -50,6 +50,11 @@ func convKernel(e *Engine, n *node) (kernel, []*value) {
 		return convKernelPkg(e, n, a)
 	}
 	p := newConvPlan(n, a)
+	if p.kernelMajor() {
+		return func(r *run, ins []backends.Buffer) ([]backends.Buffer, error) {
+			return p.runKernelMajor(r, ins[0], ins[1])
+		}, n.in
+	}
 	if k := n.in[1].n; k.konst != nil {
 		if flat, err := e.inner.BufferData(k.konst); err == nil {
 			w := p.packKernel(flat.([]float32))
@@ -97,7 +102,7 @@ func newConvPlan(n *node, a convAttr) *convPlan {
 		p.taps *= p.kSp[i]
 		p.positions *= p.outSp[i]
 	}
-	p.tapMajor = len(p.outSp) == 2 && p.inDil[0] == 1 && p.inDil[1] == 1
+	p.tapMajor = len(p.outSp) == 2
 	// The output positions of a channel are one contiguous run when the
 	// spatial axes are row-major and innermost.
 	p.contiguousOut = true
@@ -275,17 +280,20 @@ func (p *convPlan) channelsLast(dst, in []float32, threads int) {
 
 // patchTaps writes the patch of output position pos as (tap, channel):
 // per tap, the Cg channels at that input pixel of a channels-last view
-// (pixel strides pix, channel stride 1, group offset base), or zeros.
+// (pixel strides pix, channel stride 1, group offset base), or zeros where
+// the tap falls in padding or between dilated inputs.
 func (p *convPlan) patchTaps(dst, src []float32, base int, pix []int, pos int) {
 	oh, ow := pos/p.outSp[1], pos%p.outSp[1]
 	kw := p.kSp[1]
 	iw0 := ow*p.strides[1] - p.pad[1]
+	dy, dx := p.inDil[0], p.inDil[1]
 	// The taps of a kernel row read kw adjacent pixels: with one group and
 	// no dilation along x, their channels are one run to copy at once.
-	whole := pix[1] == p.cg && p.kDil[1] == 1 && iw0 >= 0 && iw0+kw <= p.inSp[1]
+	whole := pix[1] == p.cg && p.kDil[1] == 1 && dx == 1 && iw0 >= 0 && iw0+kw <= p.inSp[1]
 	for y := range p.kSp[0] {
 		ih := oh*p.strides[0] - p.pad[0] + y*p.kDil[0]
-		rowOK := ih >= 0 && ih < p.inSp[0]
+		rowOK := ih >= 0 && ih%dy == 0 && ih/dy < p.inSp[0]
+		ih /= dy
 		if rowOK && whole {
 			d := dst[y*kw*p.cg : (y+1)*kw*p.cg]
 			copy(d, src[base+ih*pix[0]+iw0*pix[1]:])
@@ -294,11 +302,11 @@ func (p *convPlan) patchTaps(dst, src []float32, base int, pix []int, pos int) {
 		for x := range kw {
 			iw := ow*p.strides[1] - p.pad[1] + x*p.kDil[1]
 			d := dst[(y*kw+x)*p.cg : (y*kw+x+1)*p.cg]
-			if !rowOK || iw < 0 || iw >= p.inSp[1] {
+			if !rowOK || iw < 0 || iw%dx != 0 || iw/dx >= p.inSp[1] {
 				clear(d)
 				continue
 			}
-			copy(d, src[base+ih*pix[0]+iw*pix[1]:])
+			copy(d, src[base+ih*pix[0]+(iw/dx)*pix[1]:])
 		}
 	}
 }

@@ -127,3 +127,47 @@ func TestReduceWindowExact(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelMajorConvMatchesSimplego runs convolutions laid out as
+// GoMLX's autodiff lays out a weight gradient (input batch and channel
+// axes swapped, the output gradient as the kernel: more taps than output
+// positions), which run on the kernel-major path of convgrad.go, on both
+// engines. Fault injected once: a tap run shifted by one position fails
+// every case.
+func TestKernelMajorConvMatchesSimplego(t *testing.T) {
+	e, oracle := newPair(t)
+	rng := rand.New(rand.NewPCG(13, 14))
+	axes := backends.ConvolveAxesConfig{InputBatch: 1, InputChannels: 0, InputSpatial: []int{2, 3},
+		KernelOutputChannels: 1, KernelInputChannels: 0, KernelSpatial: []int{2, 3},
+		OutputBatch: 1, OutputChannels: 0, OutputSpatial: []int{2, 3}}
+	cases := []struct {
+		name          string
+		in, ker       []int // [contracted, batch, h, w], [contracted, out, kh, kw]
+		pads          [][2]int
+		kdil, strides []int
+	}{
+		{"3x3 gradient, stride-1 layer", []int{4, 6, 10, 10}, []int{4, 5, 10, 10}, [][2]int{{1, 1}, {1, 1}}, []int{1, 1}, []int{1, 1}},
+		{"3x3 gradient, stride-2 layer", []int{3, 4, 11, 11}, []int{3, 5, 6, 6}, [][2]int{{1, 0}, {1, 0}}, []int{2, 2}, []int{1, 1}},
+		{"1x1 gradient, negative padding", []int{2, 3, 8, 8}, []int{2, 4, 4, 4}, [][2]int{{0, -1}, {0, -1}}, []int{2, 2}, []int{1, 1}},
+		{"7x7 gradient, blocks of kernel rows", []int{2, 3, 36, 36}, []int{2, 4, 30, 30}, [][2]int{{3, 2}, {3, 2}}, []int{1, 1}, []int{1, 1}},
+		{"strided output, channels over several blocks", []int{9, 2, 9, 9}, []int{9, 3, 4, 4}, [][2]int{{0, 0}, {1, 1}}, []int{1, 1}, []int{2, 2}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ins := []shapes.Shape{shapes.Make(dtypes.Float32, c.in...), shapes.Make(dtypes.Float32, c.ker...)}
+			vals := []any{randF32(rng, ins[0].Size()), randF32(rng, ins[1].Size())}
+			fn := func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+				o, err := b.ConvGeneral(p[0], p[1], axes, c.strides, c.pads, nil, c.kdil, 1, 1)
+				return []backends.Op{o}, err
+			}
+			steps := planOf(t, e, ins, fn)
+			if len(steps) != 1 || steps[0].seg != nil {
+				t.Fatalf("planned as %d steps, want one native convolution", len(steps))
+			}
+			got := runGraph(t, e, ins, vals, fn)
+			want := runGraph(t, oracle, ins, vals, fn)
+			terms := float64(c.ker[0] * c.ker[2] * c.ker[3])
+			closeF32(t, c.name, got[0].([]float32), want[0].([]float32), dotTol, math.Sqrt(terms))
+		})
+	}
+}

@@ -259,7 +259,7 @@ func TestReduceAndAdaptersBitExact(t *testing.T) {
 		name string
 		f    red
 	}{{"sum", backends.Builder.ReduceSum}, {"max", backends.Builder.ReduceMax}, {"min", backends.Builder.ReduceMin}} {
-		for _, axes := range [][]int{{3}, {2, 3}, {1}, {0}, {0, 2}, {1, 3}, {0, 1, 2, 3}, {}} {
+		for _, axes := range [][]int{{3}, {2, 3}, {1}, {0}, {0, 2}, {1, 3}, {0, 2, 3}, {0, 3}, {0, 1, 2, 3}, {}} {
 			t.Run(fmt.Sprint(r.name, axes), func(t *testing.T) {
 				fn := func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
 					o, err := r.f(b, p[0], axes...)

@@ -144,25 +144,32 @@ func reverseKernel(n *node) kernel {
 			return nil, err
 		}
 		if in.Size() > 0 {
-			reverseCopy(rawBytes(dst, size), rawBytes(src, size), in.Dimensions, rev, size)
+			if err := reverseCopy(rawBytes(dst, size), rawBytes(src, size), in.Dimensions, rev, size, rn.threads); err != nil {
+				_ = rn.x.e.inner.BufferFinalize(ob)
+				return nil, err
+			}
 		}
 		return rn.one(ob), nil
 	}
 }
 
 // reverseCopy writes each row of src (dims) to its mirrored row of d,
-// itself mirrored when the last axis is reversed.
-func reverseCopy(d, src []byte, dims []int, rev []bool, size int) {
+// itself mirrored when the last axis is reversed. The rows are split
+// between the threads; within a range, the mirrored offset follows the
+// row index as an odometer (the kernels a convolution's gradient reverses
+// have rows of 3 values: a division per axis and row was most of the time).
+func reverseCopy(d, src []byte, dims []int, rev []bool, size, threads int) error {
 	r := len(dims)
 	if r == 0 {
 		copy(d, src)
-		return
+		return nil
 	}
 	st := rowMajorStrides(dims)
 	w := dims[r-1]
-	idx := make([]int, r)
-	for row := range len(src) / size / w {
-		rem, o := row, 0
+	rows := len(src) / size / w
+	return parallel.For(rows, max(1, 4096/w), threads, func(lo, hi int) {
+		idx := make([]int, r)
+		rem, o := lo, 0
 		for a := r - 2; a >= 0; a-- {
 			idx[a], rem = rem%dims[a], rem/dims[a]
 			x := idx[a]
@@ -171,20 +178,34 @@ func reverseCopy(d, src []byte, dims []int, rev []bool, size int) {
 			}
 			o += x * st[a]
 		}
-		s := src[row*w*size : (row+1)*w*size]
-		if !rev[r-1] {
-			copy(d[o*size:(o+w)*size], s)
-			continue
+		for row := lo; row < hi; row++ {
+			s := src[row*w*size : (row+1)*w*size]
+			switch {
+			case !rev[r-1]:
+				copy(d[o*size:(o+w)*size], s)
+			case size == 4:
+				reverse32(d[o*4:(o+w)*4], s)
+			default:
+				for j := range w {
+					k := o + w - 1 - j
+					copy(d[k*size:(k+1)*size], s[j*size:(j+1)*size])
+				}
+			}
+			// Advance the odometer to the next row.
+			for a := r - 2; a >= 0; a-- {
+				step := st[a]
+				if rev[a] {
+					step = -step
+				}
+				if idx[a]++; idx[a] < dims[a] {
+					o += step
+					break
+				}
+				idx[a] = 0
+				o -= step * (dims[a] - 1)
+			}
 		}
-		if size == 4 {
-			reverse32(d[o*4:(o+w)*4], s)
-			continue
-		}
-		for j := range w {
-			k := o + w - 1 - j
-			copy(d[k*size:(k+1)*size], s[j*size:(j+1)*size])
-		}
-	}
+	})
 }
 
 type scatterAttr struct {
@@ -271,6 +292,9 @@ func (sc *scatterPlan) scatter(out, x, src []float32, threads int) error {
 		if hi, ok := sc.xs.DType.HighestValue().(float32); ok {
 			ident = hi
 		}
+	}
+	if planes, ok := sc.planes(); ok {
+		return sc.scatter2D(out, x, src, planes, ident, threads)
 	}
 	offs := WindowOffsets(sc.window)
 	lin := make([]int, len(offs)) // each offset's distance in the operand

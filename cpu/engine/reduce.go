@@ -98,7 +98,11 @@ func (p *reducePlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, erro
 	switch {
 	case len(x) == 0 || len(y) == 0:
 	case !p.contiguous || len(p.axes) == 0:
-		p.general(x, y)
+		if r1, k, r2, ok := p.keptMiddle(); ok {
+			err = p.middle(x, y, r1, k, r2, r.threads)
+		} else {
+			p.general(x, y)
+		}
 	case p.inner == 1:
 		err = p.rows(x, y, r.threads)
 	default:
@@ -147,6 +151,72 @@ func (p *reducePlan) columns(x, y []float32, threads int) error {
 			for k := range p.red {
 				f(acc, acc, x[(o*p.red+k)*p.inner:][:p.inner]) // element by element, in k order
 			}
+		}
+	})
+}
+
+// keptMiddle reports whether the kept axes are one contiguous block with
+// reduced axes on both sides, the input seen as [r1, k, r2] (a per-channel
+// sum of NCHW activations, as batch normalization's gradients take).
+func (p *reducePlan) keptMiddle() (r1, k, r2 int, ok bool) {
+	r1, k, r2 = 1, 1, 1
+	first, last := -1, -1
+	for a, d := range p.dims {
+		if slices.Contains(p.axes, a) {
+			continue
+		}
+		if first < 0 {
+			first = a
+		} else if a != last+1 {
+			return 0, 0, 0, false
+		}
+		last = a
+		k *= d
+	}
+	if first <= 0 || last == len(p.dims)-1 {
+		return 0, 0, 0, false
+	}
+	for a, d := range p.dims {
+		switch {
+		case a < first:
+			r1 *= d
+		case a > last:
+			r2 *= d
+		}
+	}
+	return r1, k, r2, true
+}
+
+// middle reduces [r1, k, r2] to [k] in general's order (each output takes
+// its r2-runs one r1 index after the other), four outputs at a time so
+// their sums proceed together, the outputs split between the threads.
+func (p *reducePlan) middle(x, y []float32, r1, k, r2, threads int) error {
+	f := p.combine()
+	sum := p.op == backends.OpTypeReduceSum
+	return parallel.For(k, max(1, 4096/max(1, r1*r2)), threads, func(lo, hi int) {
+		c := lo
+		for ; sum && c+4 <= hi; c += 4 {
+			a0, a1, a2, a3 := y[c], y[c+1], y[c+2], y[c+3]
+			for o := range r1 {
+				base := (o*k + c) * r2
+				s0, s1, s2, s3 := x[base:base+r2], x[base+r2:base+2*r2], x[base+2*r2:base+3*r2], x[base+3*r2:base+4*r2]
+				for i := range s0 {
+					a0 += s0[i]
+					a1 += s1[i]
+					a2 += s2[i]
+					a3 += s3[i]
+				}
+			}
+			y[c], y[c+1], y[c+2], y[c+3] = a0, a1, a2, a3
+		}
+		for ; c < hi; c++ {
+			acc := y[c]
+			for o := range r1 {
+				for _, v := range x[(o*k+c)*r2 : (o*k+c+1)*r2] {
+					acc = f(acc, v)
+				}
+			}
+			y[c] = acc
 		}
 	})
 }
