@@ -282,7 +282,7 @@ func TestRealModelsMatchONNXRuntime(t *testing.T) {
 
 // BenchmarkRealModels times each fetched real model on the backend under test
 // with its recorded inputs: "first-ms" is LoadModel plus the first Run (the
-// compile included), ns/op a steady Run. The README's "Real models" table
+// compile included), ns/op a steady Run. The "Real models" table of docs/onnx.md
 // comes from
 //
 //	go test -run '^$' -bench BenchmarkRealModels -benchtime 10x .

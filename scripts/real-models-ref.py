@@ -9,7 +9,7 @@ that holds the pinned onnxruntime (and numpy); never needed at run time.
 
 With --bench N it writes nothing: it times ONNX Runtime on the recorded
 inputs (session creation plus first run, then the median of N runs) and
-prints one tab-separated line per model, as the README's table uses them.
+prints one tab-separated line per model, as the "Real models" table of docs/onnx.md uses them.
 
 For each NAME, DIR/NAME/model.onnx must exist. The script generates the
 entry's inputs from the pins' `inputs` column with a generator seeded by the

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -95,26 +94,43 @@ func TestCPUHint(t *testing.T) {
 	}
 }
 
-// readmeCommand matches a tensorbridge command line in the README: run
+// readmeCommand matches a tensorbridge command line in the docs: run
 // through go run, a built binary, or by name.
 var readmeCommand = regexp.MustCompile(`(?:go run \./cmd/tensorbridge|\S*/tensorbridge|^tensorbridge|[\s` + "`" + `(]tensorbridge) ([a-z0-9-]+)(.*)`)
 
 // commandsWithSub have a sub-command as their first argument.
 var commandsWithSub = map[string]bool{"cache": true, "plugins": true, "k8s": true}
 
-// TestREADMEFlags: every flag the README gives a tensorbridge command
-// (in code blocks and inline code) is one that command's --help lists, so
-// that the README cannot drift from the CLI (it said `bench
-// --mixed-precision` while bench only took --mixed).
-func TestREADMEFlags(t *testing.T) {
-	raw, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := strings.ReplaceAll(string(raw), "\\\n", " ") // shell line continuations
+// TestDocsInlineFlags (TestREADMEFlags before the README was split into
+// docs/): every flag the README or a page of docs/ gives a tensorbridge
+// command (in code blocks and inline code) is one that command's --help
+// lists, so that the docs cannot drift from the CLI (the README said
+// `bench --mixed-precision` while bench only took --mixed). Code blocks
+// are checked more strictly by TestDocsCommands (docs_test.go).
+func TestDocsInlineFlags(t *testing.T) {
 	helps := map[string]map[string]bool{}
 	checked := 0
-	for lineNo, line := range strings.Split(text, "\n") {
+	for _, file := range docFiles(t) {
+		checked += checkInlineFlags(t, file, readDoc(t, file), helps)
+	}
+	t.Logf("checked %d flags of %d commands", checked, len(helps))
+	if checked < 30 {
+		t.Errorf("checked only %d flags: the docs parser is broken", checked)
+	}
+}
+
+// checkInlineFlags checks the flags of the tensorbridge commands of one
+// Markdown file and returns how many it checked.
+func checkInlineFlags(t *testing.T, file, raw string, helps map[string]map[string]bool) int {
+	t.Helper()
+	lines := strings.Split(raw, "\n")
+	checked := 0
+	for lineNo := 0; lineNo < len(lines); lineNo++ {
+		start, line := lineNo, lines[lineNo]
+		for strings.HasSuffix(line, "\\") && lineNo+1 < len(lines) { // shell line continuations
+			lineNo++
+			line = strings.TrimSuffix(line, "\\") + " " + lines[lineNo]
+		}
 		for _, frag := range readmeFragments(line) {
 			m := readmeCommand.FindStringSubmatch(frag)
 			if m == nil {
@@ -146,15 +162,12 @@ func TestREADMEFlags(t *testing.T) {
 				}
 				checked++
 				if !helps[key][name] {
-					t.Errorf("README.md:%d: `tensorbridge %s` has no flag --%s (in %q)", lineNo+1, key, name, strings.TrimSpace(frag))
+					t.Errorf("%s:%d: `tensorbridge %s` has no flag --%s (in %q)", file, start+1, key, name, strings.TrimSpace(frag))
 				}
 			}
 		}
 	}
-	t.Logf("checked %d flags of %d commands", checked, len(helps))
-	if checked < 30 {
-		t.Errorf("checked only %d flags: the README parser is broken", checked)
-	}
+	return checked
 }
 
 // readmeFragments returns the parts of a README line that may hold a

@@ -21,6 +21,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -124,15 +125,80 @@ func newFlags(name string, stderr io.Writer, synopsis string) *flag.FlagSet {
 	return fs
 }
 
-// parse parses flags, turning a parse failure into exit code 2.
+// parse parses flags, turning a parse failure into exit code 2. A command
+// run by commandFlags ends here, once its flags are parsed.
 func parse(fs *flag.FlagSet, args []string) error {
+	probe, _ := fs.Output().(*flagProbe)
+	if probe != nil {
+		probe.fs = fs
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return &exitError{code: 2}
 	}
+	if probe != nil {
+		return errFlagsParsed
+	}
 	return nil
+}
+
+// flagProbe is the stderr commandFlags runs a command with: parse, finding
+// it as the FlagSet's output, records the FlagSet and ends the command.
+type flagProbe struct {
+	bytes.Buffer
+	fs *flag.FlagSet
+}
+
+// errFlagsParsed ends a command run by commandFlags once its flags parsed.
+var errFlagsParsed = errors.New("flags parsed; command not run")
+
+// commandFlags parses args, the words after `tensorbridge NAME`, with the
+// flags command name defines, and returns its FlagSet without running the
+// command (the docs test checks every documented command line with it).
+// The error is flag.ErrHelp for -h, or what the command would report: a
+// flag the command does not define, a value its flag does not take, an
+// unknown sub-command. The FlagSet is returned with a parse error too.
+//
+// Every command but cache parses its flags through parse, which ends it
+// there (its context is cancelled too, so that one that did not would stop
+// early). cache.Command parses its own: it is given args then "-h -h", so
+// that it stops at help once args parse (the second -h in case the first
+// is taken as a flag's value), and the FlagSet is nil.
+func commandFlags(name string, args []string) (*flag.FlagSet, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, c := range commands {
+		if c.name != name {
+			continue
+		}
+		probe := &flagProbe{}
+		if name == "cache" {
+			if len(args) == 0 || (args[0] != "ls" && args[0] != "stats" && args[0] != "clear") {
+				return nil, usageErr("want `cache ls`, `cache stats` or `cache clear`")
+			}
+			args = append(append([]string{}, args...), "-h", "-h")
+		}
+		err := c.run(ctx, args, io.Discard, probe)
+		switch {
+		case errors.Is(err, errFlagsParsed):
+			return probe.fs, nil
+		case errors.Is(err, flag.ErrHelp) && name == "cache":
+			return nil, nil
+		case errors.Is(err, flag.ErrHelp):
+			return probe.fs, err
+		case err == nil:
+			return probe.fs, fmt.Errorf("tensorbridge %s ran without parsing its flags through parse", name)
+		}
+		var ee *exitError
+		if errors.As(err, &ee) && ee.err == nil { // the flag package's message went to probe
+			msg, _, _ := strings.Cut(strings.TrimSpace(probe.String()), "\n")
+			return probe.fs, errors.New(msg)
+		}
+		return probe.fs, err
+	}
+	return nil, fmt.Errorf("unknown command %q", name)
 }
 
 func usageErr(format string, a ...any) error {
