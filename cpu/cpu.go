@@ -16,8 +16,9 @@
 // and the process dies (shared/docs/reference/go-dependencies.md §1.3). This
 // backend therefore runs simplego with "ops_sequential", so ops run on the
 // calling goroutine where package tensorbridge recovers them, and it
-// implements driver.GraphChecker to refuse dtypes simplego cannot execute
-// (Float16, complex, 8-bit floats) before anything runs. Large matrix
+// implements driver.GraphChecker to refuse dtypes the engine cannot
+// execute (complex, 8-bit floats; Float16 too under engine=simplego; the
+// engine stores Float16 and computes it in float32) before anything runs. Large matrix
 // products and element-wise ops still use simplego's worker pool inside an op.
 //
 // # Backward ops

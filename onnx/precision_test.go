@@ -18,6 +18,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
+	"github.com/tensorbridge/tensorbridge/cpu"
 	"github.com/tensorbridge/tensorbridge/driver"
 	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/ir"
@@ -345,12 +346,20 @@ func TestPrecisionFloat16UnsupportedOnCPU(t *testing.T) {
 	}
 }
 
-// precisionEngines returns the engines the tests run on: the pure-Go
-// backend always, xla-cpu when its PJRT plugin is installed.
+// precisionEngines returns the engines the tests run on: GoMLX's simplego
+// ("cpu", no float16) and tensorbridge's cpu engine ("cpu-engine", float16
+// stored and computed in float32) always, xla-cpu when its PJRT plugin is
+// installed.
 func precisionEngines(t *testing.T) map[string]ir.Engine {
 	t.Helper()
 	out := map[string]ir.Engine{"cpu": engine(t)}
 	ctx := context.Background()
+	tb, err := (cpu.Driver{}).Open(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tb.Close() })
+	out["cpu-engine"] = tb.Engine()
 	d, ok := driver.Lookup("xla-cpu")
 	if !ok {
 		return out
@@ -526,7 +535,7 @@ func TestPrecisionReferenceModels(t *testing.T) {
 			}
 			for _, md := range modes {
 				if md.opts.Compute == ir.Float16 && en == "cpu" {
-					continue // no Float16 on simplego: see TestPrecisionFloat16UnsupportedOnCPU
+					continue // no Float16 on simplego (TestPrecisionFloat16UnsupportedOnCPU); cpu-engine has it
 				}
 				errsBySet := map[string][]float64{}
 				for _, set := range []string{"", ".b"} {

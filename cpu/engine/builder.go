@@ -86,6 +86,7 @@ func (b *Builder) record(op backends.OpType, attr any, replay replayFn, ins ...b
 	}
 	n := &node{id: len(b.nodes), op: op, replay: replay, attr: attr, param: -1}
 	shadowIn := make([]backends.Op, len(ins))
+	f16 := false
 	for i, in := range ins {
 		v, err := b.val(op.String(), in)
 		if err != nil {
@@ -93,6 +94,10 @@ func (b *Builder) record(op backends.OpType, attr any, replay replayFn, ins ...b
 		}
 		n.in = append(n.in, v)
 		shadowIn[i] = v.n.shadow[v.i]
+		f16 = f16 || isF16(v)
+	}
+	if f16 && op != backends.OpTypeConvertDType {
+		return b.viaFloat32(op, attr, replay, n.in)
 	}
 	outs, err := shadowCall(op, func() ([]backends.Op, error) { return replay(b.shadow, shadowIn) })
 	if err != nil {
@@ -130,7 +135,7 @@ func (b *Builder) recordShaped(op backends.OpType, out shapes.Shape, replay repl
 		}
 		n.in = append(n.in, v)
 	}
-	sh, err := b.shadow.Parameter(fmt.Sprintf("#%s%d", op, n.id), out, nil)
+	sh, err := b.shadow.Parameter(fmt.Sprintf("#%s%d", op, n.id), shadowShape(out), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +175,7 @@ func (b *Builder) Parameter(name string, shape shapes.Shape, sharding *backends.
 	if sharding != nil {
 		return nil, fmt.Errorf("Parameter %q: sharding is not supported: the %s engine runs on one device", name, Name)
 	}
-	sh, err := b.shadow.Parameter(name, shape, nil)
+	sh, err := b.shadow.Parameter(name, shadowShape(shape), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +197,7 @@ func (b *Builder) Constant(flat any, dims ...int) (backends.Op, error) {
 	if shape.Size() != size {
 		return nil, fmt.Errorf("Constant: %d values for shape %s (%d elements)", size, shape, shape.Size())
 	}
-	sh, err := b.shadow.Parameter(fmt.Sprintf("#constant%d", len(b.nodes)), shape, nil)
+	sh, err := b.shadow.Parameter(fmt.Sprintf("#constant%d", len(b.nodes)), shadowShape(shape), nil)
 	if err != nil {
 		return nil, err
 	}

@@ -88,6 +88,7 @@ func (e *Engine) Capabilities() backends.Capabilities {
 	c := e.inner.Capabilities().Clone()
 	c.Operations[backends.OpTypeDynamicSlice] = true
 	c.Operations[backends.OpTypeDynamicUpdateSlice] = true
+	c.DTypes[dtypes.Float16] = true // stored as float16, computed in float32 (f16.go)
 	return c
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/backends/simplego"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/x448/float16"
 )
 
 // newPair returns this engine (over a fresh simplego) and a separate
@@ -105,6 +106,8 @@ func newFlat(s shapes.Shape) any {
 		return make([]int64, s.Size())
 	case dtypes.Bool:
 		return make([]bool, s.Size())
+	case dtypes.Float16:
+		return make([]float16.Float16, s.Size())
 	}
 	panic(fmt.Sprintf("newFlat: dtype %s", s.DType))
 }

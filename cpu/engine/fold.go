@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 )
 
 // Constant folding: an op whose inputs are all constants is computed once,
@@ -36,6 +37,11 @@ func (c *compiler) fold(live []bool) error {
 // is worth it.
 func (c *compiler) foldable(n *node) bool {
 	if len(n.shapes) != 1 || n.op == backends.OpTypeBroadcastInDim || n.op == backends.OpTypeRNGBitGenerator {
+		return false
+	}
+	// The inner engine has no float16: its conversions run natively, at
+	// run time (f16.go).
+	if n.shapes[0].DType == dtypes.Float16 || (len(n.in) > 0 && isF16(n.in[0])) {
 		return false
 	}
 	in := 0

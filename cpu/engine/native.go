@@ -42,6 +42,8 @@ func nativeKernel(e *Engine, n *node) (kernel, []*value) {
 		return reverseKernel(n), n.in
 	case backends.OpTypeSelectAndScatterMax, backends.OpTypeSelectAndScatterMin:
 		return scatterKernel(n), n.in
+	case backends.OpTypeConvertDType:
+		return convertF16Kernel(n), n.in
 	}
 	return nil, nil
 }

@@ -78,6 +78,9 @@ func (b *Builder) BatchNormGradient(operand, scale, mean, variance, gradOutput b
 
 // Bitcast records GoMLX's Bitcast.
 func (b *Builder) Bitcast(x backends.Op, targetDType dtypes.DType) (backends.Op, error) {
+	if v, err := b.val("Bitcast", x); err == nil && (isF16(v) || targetDType == dtypes.Float16) {
+		return nil, fmt.Errorf("Bitcast %s to %s: the %s engine has no bitcast of float16 (it stores float16 and computes in float32)", v.shape().DType, targetDType, Name)
+	}
 	return b.one(backends.OpTypeBitcast, nil, func(t backends.Builder, in []backends.Op) (backends.Op, error) {
 		return t.Bitcast(in[0], targetDType)
 	}, x)
@@ -86,6 +89,17 @@ func (b *Builder) Bitcast(x backends.Op, targetDType dtypes.DType) (backends.Op,
 // BroadcastInDim records GoMLX's BroadcastInDim.
 func (b *Builder) BroadcastInDim(x backends.Op, outputShape shapes.Shape, broadcastAxes []int) (backends.Op, error) {
 	outputShape, broadcastAxes = outputShape.Clone(), slices.Clone(broadcastAxes)
+	if v, err := b.val("BroadcastInDim", x); err == nil && isF16(v) && outputShape.DType == dtypes.Float16 {
+		w, err := b.ConvertDType(v, dtypes.Float32)
+		if err != nil {
+			return nil, err
+		}
+		o, err := b.BroadcastInDim(w, shadowShape(outputShape), broadcastAxes)
+		if err != nil {
+			return nil, err
+		}
+		return b.ConvertDType(o, dtypes.Float16)
+	}
 	return b.one(backends.OpTypeBroadcastInDim, axesAttr{broadcastAxes}, func(t backends.Builder, in []backends.Op) (backends.Op, error) {
 		return t.BroadcastInDim(in[0], outputShape, broadcastAxes)
 	}, x)
@@ -118,6 +132,12 @@ func (b *Builder) ConvGeneral(input, kernel backends.Op, axes backends.ConvolveA
 
 // ConvertDType records GoMLX's ConvertDType.
 func (b *Builder) ConvertDType(x backends.Op, dtype dtypes.DType) (backends.Op, error) {
+	if v, err := b.val("ConvertDType", x); err == nil && (isF16(v) || dtype == dtypes.Float16) {
+		if v.shape().DType == dtype {
+			return x, nil
+		}
+		return b.convertF16(v, dtype)
+	}
 	return b.one(backends.OpTypeConvertDType, dtype, func(t backends.Builder, in []backends.Op) (backends.Op, error) {
 		return t.ConvertDType(in[0], dtype)
 	}, x)
@@ -236,6 +256,13 @@ func (b *Builder) Gather(operand, startIndices backends.Op, indexVectorAxis int,
 // Iota records GoMLX's Iota.
 func (b *Builder) Iota(shape shapes.Shape, iotaAxis int) (backends.Op, error) {
 	shape = shape.Clone()
+	if shape.DType == dtypes.Float16 {
+		o, err := b.Iota(shadowShape(shape), iotaAxis)
+		if err != nil {
+			return nil, err
+		}
+		return b.ConvertDType(o, dtypes.Float16)
+	}
 	return b.one(backends.OpTypeIota, nil, func(t backends.Builder, in []backends.Op) (backends.Op, error) {
 		return t.Iota(shape, iotaAxis)
 	})
