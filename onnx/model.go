@@ -141,16 +141,17 @@ func Load(path string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newModel(pb)
+	return newModel(pb, LoadOptions{release: true})
 }
 
-// Parse decodes and checks an ONNX model from its serialized bytes.
+// Parse decodes and checks an ONNX model from its serialized bytes. The
+// model keeps no reference to b.
 func Parse(b []byte) (*Model, error) {
 	pb, err := onnxpb.Decode(b)
 	if err != nil {
 		return nil, err
 	}
-	return newModel(pb)
+	return newModel(pb, LoadOptions{release: true})
 }
 
 // FromProto checks an already decoded model.
@@ -161,8 +162,10 @@ func newModel(pb *onnxpb.Model, opts ...LoadOptions) (*Model, error) {
 		return nil, &ModelError{Reason: "model has no graph"}
 	}
 	m := &Model{pb: pb, graph: pb.Graph, opset: -1, initShape: map[string]ir.Shape{}}
+	release := false
 	for _, o := range opts {
 		m.shapesOnly = m.shapesOnly || o.ShapesOnly
+		release = release || o.release
 	}
 	for _, o := range pb.OpsetImport {
 		if o.Domain == "" || o.Domain == "ai.onnx" {
@@ -256,7 +259,32 @@ func newModel(pb *onnxpb.Model, opts ...LoadOptions) (*Model, error) {
 			return nil, err
 		}
 	}
+	if release && !m.shapesOnly {
+		m.releaseFile()
+	}
 	return m, nil
+}
+
+// releaseFile lets go of the file the model was decoded from: the
+// initializers are converted (m.inits, m.strInits, the subgraphs' inits),
+// so their payloads in the decoded proto are dropped, and what else points
+// into the file (attribute tensors, strings) is copied out. A model held
+// its weights twice before (ResNet-50: 97 MB of file and 95 MB converted).
+func (m *Model) releaseFile() {
+	for k := range m.graph.Initializer {
+		t := &m.graph.Initializer[k]
+		if _, ok := m.inits[t.Name]; ok {
+			t.ReleaseData()
+		} else if _, ok := m.strInits[t.Name]; ok {
+			t.ReleaseData()
+		}
+	}
+	for g := range m.subs {
+		for k := range g.Initializer {
+			g.Initializer[k].ReleaseData()
+		}
+	}
+	m.pb.DetachBytes()
 }
 
 // resolveOp finds a node's converter, counting it as unsupported if none.

@@ -42,6 +42,10 @@ type LoadOptions struct {
 	// Plan.WeightTensor fails on it: it is for planning (compiling ahead of
 	// time to read memory and cost figures), not for running.
 	ShapesOnly bool
+
+	// release: the model owns the decoded proto (Load, LoadWith, Parse),
+	// so it may drop the payloads it has converted (releaseFile).
+	release bool
 }
 
 // LoadWith is Load with options.
@@ -50,6 +54,7 @@ func LoadWith(path string, opts LoadOptions) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	opts.release = true
 	return newModel(pb, opts)
 }
 

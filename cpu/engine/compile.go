@@ -493,4 +493,26 @@ func (c *compiler) liveness() {
 			c.p.steps[sl.lastUse].release = append(c.p.steps[sl.lastUse].release, s)
 		}
 	}
+	c.dropConstants()
+}
+
+// dropConstants lets go of the constants the plan does not hold: those no
+// step reads (finalized above) and those no output depends on (folded
+// away, or dead). The builder's nodes stay reachable after Compile (GoMLX's
+// graph holds its ops), so a node still pointing at such a buffer would
+// keep it, and the weights it holds, alive as long as the executable: a
+// ResNet-50's packed convolution kernels and their originals both.
+func (c *compiler) dropConstants() {
+	for _, n := range c.b.nodes {
+		if n.konst == nil || n.param >= 0 {
+			continue
+		}
+		if s := c.base[n.id]; s >= 0 && c.p.slots[s].konst != nil {
+			continue // the plan owns it
+		}
+		if s := c.base[n.id]; s < 0 {
+			_ = c.b.e.inner.BufferFinalize(n.konst)
+		}
+		n.konst = nil
+	}
 }
