@@ -539,7 +539,7 @@ func TestSteps(t *testing.T) {
 	}
 	defer exe.Finalize()
 	got := fmt.Sprint(exe.(*Executable).Steps())
-	want := "[native DotGeneral fused[BroadcastInDim Add BroadcastInDim Max] native DotGeneral fused[BroadcastInDim Add BroadcastInDim Max] native DotGeneral fused[BroadcastInDim Add]]"
+	want := "[native DotGeneral fused[BroadcastInDim Add BroadcastInDim Max] in place native DotGeneral fused[BroadcastInDim Add BroadcastInDim Max] in place native DotGeneral fused[BroadcastInDim Add] in place]"
 	if got != want {
 		t.Fatalf("steps %s\nwant %s", got, want)
 	}

@@ -211,6 +211,7 @@ type fusedPlan struct {
 	outShapes []shapes.Shape
 	spaces    sync.Pool // *space
 	runs      sync.Pool // *fusedRun
+	alias     int       // the load the output may be written over, or -1 (inPlaceLoad)
 }
 
 // tile is the number of elements of the innermost axis one step of the
@@ -238,6 +239,12 @@ func (f *fusedPlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, error
 		t.srcs[i] = v
 	}
 	for i := range f.outDT {
+		if f.alias >= 0 {
+			if b := r.take(f.alias); b != nil {
+				t.outs[i], t.dsts[i] = b, t.srcs[f.alias]
+				continue
+			}
+		}
 		b, flat, err := r.alloc(f.outShapes[i])
 		if err != nil {
 			return nil, err
@@ -494,7 +501,43 @@ func (c *compiler) compileRegion(rg *region) step {
 	for i, s := range loadSlots {
 		f.loads = append(f.loads, fusedLoad{slot: s, strides: loadStrides[i]})
 	}
+	if f.alias = c.inPlaceLoad(f); f.alias >= 0 {
+		st.name += " in place"
+	}
 	return st
+}
+
+// inPlaceLoad returns the load whose buffer the region may write its
+// output into, or -1: the region has one float32 output, written by its
+// last op (every other op writes into tile scratch), and the load reads a
+// float32 value of the output's size element for element (the output's
+// strides), so each tile reads its inputs before the last op overwrites
+// them, at the same positions. Whether the run may take that buffer (it
+// owns it and this step reads it last, once) is decided per run (run.take).
+func (c *compiler) inPlaceLoad(f *fusedPlan) int {
+	last := len(f.ops) - 1
+	if len(f.outDT) != 1 || f.outDT[0] != dtypes.Float32 || last < 0 || !slices.Equal(f.ops[last].outputs, []int{0}) {
+		return -1
+	}
+	for _, os := range f.loadOut {
+		if len(os) > 0 {
+			return -1
+		}
+	}
+	for i, ld := range f.loads {
+		sl := c.p.slots[ld.slot]
+		if sl.kind != slotComputed || sl.shape.DType != dtypes.Float32 || sl.shape.Size() != f.shape.Size() || !slices.Equal(ld.strides, f.outSt) {
+			continue
+		}
+		once := true
+		for j, other := range f.loads {
+			once = once && (j == i || other.slot != ld.slot)
+		}
+		if once {
+			return i
+		}
+	}
+	return -1
 }
 
 // implicitStrides are the strides reading v (of the output's rank with
