@@ -74,6 +74,11 @@ func tryGraph(eng backends.Backend, ins []shapes.Shape, vals []any, donate []boo
 	if err != nil {
 		return nil, err
 	}
+	for i, want := range exe.Outputs() {
+		if got, err := eng.BufferShape(res[i]); err != nil || !got.Equal(want) {
+			return nil, fmt.Errorf("output %d: buffer of shape %s (%v), the executable declares %s", i, got, err, want)
+		}
+	}
 	return toFlat(eng, res)
 }
 

@@ -526,7 +526,9 @@ func (c *compiler) inPlaceLoad(f *fusedPlan) int {
 	}
 	for i, ld := range f.loads {
 		sl := c.p.slots[ld.slot]
-		if sl.kind != slotComputed || sl.shape.DType != dtypes.Float32 || sl.shape.Size() != f.shape.Size() || !slices.Equal(ld.strides, f.outSt) {
+		// The buffer keeps its shape: it must be the output's, not only
+		// its size (a [1] output over a scalar would change the shape).
+		if sl.kind != slotComputed || sl.shape.DType != dtypes.Float32 || !slices.Equal(sl.shape.Dimensions, f.shape.Dimensions) || !slices.Equal(ld.strides, f.outSt) {
 			continue
 		}
 		once := true

@@ -14,9 +14,11 @@ import (
 // buffer the run owns and the region reads last), which a region may
 // overwrite with its output, and compares with simplego bit for bit: read
 // several times element for element (written over), read transposed only
-// or also transposed (must not be), and regions with two outputs (must
-// not be). Fault injected once: dropping the strides condition of
-// inPlaceLoad breaks "transposed".
+// or also transposed (must not be), a scalar read as [1] (must not be:
+// the buffer keeps its shape), and regions with two outputs (must not
+// be). Faults injected once: dropping the strides condition of
+// inPlaceLoad breaks "transposed", comparing sizes instead of dimensions
+// "a scalar as [1]".
 func TestFusedInPlace(t *testing.T) {
 	e, oracle := newPair(t)
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -51,6 +53,11 @@ func TestFusedInPlace(t *testing.T) {
 		"also transposed": func(bl backends.Builder, p []backends.Op) ([]backends.Op, error) {
 			d := dot(bl, p)
 			return []backends.Op{must(bl.Add(must(bl.Transpose(d, 1, 0)), d))}, nil
+		},
+		"a scalar as [1]": func(bl backends.Builder, p []backends.Op) ([]backends.Op, error) {
+			d := must(bl.ReduceSum(p[1], 0, 1, 2))
+			one := must(bl.Reshape(d, 1))
+			return []backends.Op{must(bl.Add(one, one))}, nil
 		},
 		"two outputs": func(bl backends.Builder, p []backends.Op) ([]backends.Op, error) {
 			d := dot(bl, p)
