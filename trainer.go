@@ -107,6 +107,10 @@ type StepResult struct {
 	// compiled program (checking and preparing the batch, transfers,
 	// reading the loss back).
 	Duration, Outside time.Duration
+	// Skipped is set when the loss or the gradient norm was NaN or
+	// infinite: the update was not applied, Step is the update it would
+	// have been, and Trainer.Step returns a *train.NonFiniteError too.
+	Skipped bool
 }
 
 // TrainStats counts a Trainer's weights.
@@ -385,7 +389,10 @@ func (t *Trainer) Updates() int {
 // (K*B samples on the first axis of every tensor). Bad data (a missing or
 // unknown name, a dtype or shape the model does not take, labels outside
 // the classes) is an error wrapping ErrInvalidInput, found before anything
-// runs.
+// runs. A step whose loss or gradient norm is NaN or infinite is not
+// applied: the result has Skipped set, the error is a *train.NonFiniteError
+// (errors.Is train.ErrNonFinite), and the weights, optimizer state and
+// Updates stay as they were, so the Trainer can go on with the next batch.
 func (t *Trainer) Step(ctx context.Context, batch map[string]*ir.Tensor) (StepResult, error) {
 	start := time.Now()
 	t.mu.Lock()
@@ -441,22 +448,39 @@ func (t *Trainer) Step(ctx context.Context, batch map[string]*ir.Tensor) (StepRe
 		return StepResult{}, err
 	}
 	// The old weights and state were donated to the run, which wrote their
-	// updates into the same device memory.
+	// updates (or, for a non-finite step, their old values) into the same
+	// device memory.
 	n := len(t.params)
 	t.weights = outs[:n]
 	for s := range t.state {
 		t.state[s] = outs[n*(1+s) : n*(2+s)]
 	}
-	t.updates++
-	res := StepResult{Step: t.updates, LR: lr}
-	if res.Loss, err = hostScalar(outs[len(outs)-2]); err == nil {
-		res.GradNorm, err = hostScalar(outs[len(outs)-1])
-	}
-	if err != nil {
-		return res, &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "train step", Err: err}
+	return t.readStep(lr, outs[len(outs)-2], outs[len(outs)-1], start, ran)
+}
+
+// readStep reads (and frees) a step's loss and gradient norm and counts
+// the update, unless either is NaN or infinite: the program then kept the
+// weights and optimizer state as they were (train.StepSpec.GuardNonFinite),
+// so the count stays and the error is a *train.NonFiniteError.
+func (t *Trainer) readStep(lr float64, loss, norm *ir.Tensor, start time.Time, ran time.Duration) (StepResult, error) {
+	res := StepResult{Step: t.updates + 1, LR: lr}
+	var err error
+	if res.Loss, err = hostScalar(loss); err == nil {
+		res.GradNorm, err = hostScalar(norm)
+	} else {
+		_ = norm.FinalizeAll()
 	}
 	res.Duration = time.Since(start)
 	res.Outside = res.Duration - ran
+	if err != nil {
+		t.updates++ // the program ran; whether it applied the update is unknown
+		return res, &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "train step", Err: err}
+	}
+	if !train.IsFinite(res.Loss) || !train.IsFinite(res.GradNorm) {
+		res.Skipped = true
+		return res, &train.NonFiniteError{Step: res.Step, Loss: res.Loss, GradNorm: res.GradNorm}
+	}
+	t.updates++
 	return res, nil
 }
 
@@ -466,19 +490,7 @@ func (t *Trainer) finishMeshStep(e *meshExec, args []*ir.Tensor, start time.Time
 	if err != nil {
 		return StepResult{}, err
 	}
-	t.updates++
-	res := StepResult{Step: t.updates, LR: lr}
-	if res.Loss, err = hostScalar(loss); err == nil {
-		res.GradNorm, err = hostScalar(norm)
-	} else {
-		_ = norm.FinalizeAll()
-	}
-	if err != nil {
-		return res, &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "train step", Err: err}
-	}
-	res.Duration = time.Since(start)
-	res.Outside = res.Duration - ran
-	return res, nil
+	return t.readStep(lr, loss, norm, start, ran)
 }
 
 // Eval returns the mean loss on batch with the current weights (no
@@ -737,7 +749,7 @@ func (t *Trainer) buildProgram(g *ir.Graph, in []*ir.Node, ex *trainExec, k int,
 	}
 	nodes.Hyper = in[len(in)-1]
 	out, err := train.BuildStep(g, train.StepSpec{Plan: ex.plan, Loss: t.cfg.Loss, Optimizer: t.cfg.Optimizer,
-		ClipGradNorm: t.cfg.ClipGradNorm, MicroBatches: k}, nodes)
+		ClipGradNorm: t.cfg.ClipGradNorm, MicroBatches: k, GuardNonFinite: true}, nodes)
 	if err != nil {
 		return nil, err
 	}

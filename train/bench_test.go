@@ -59,7 +59,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 	b.Run("write", func(b *testing.B) {
 		b.SetBytes(3 * int64(len(raw)))
 		for b.Loop() {
-			if _, err := WriteCheckpoint(dir, c, 1); err != nil {
+			if _, err := WriteCheckpoint(context.Background(), dir, c, 1); err != nil {
 				b.Fatal(err)
 			}
 		}

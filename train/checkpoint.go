@@ -3,6 +3,7 @@ package train
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
@@ -79,9 +80,20 @@ func CheckpointName(step int) string { return fmt.Sprintf("ckpt-%09d.tbck", step
 // WriteCheckpoint writes c to DIR/ckpt-STEP.tbck atomically (a temporary
 // file in dir, fsync, rename, fsync of dir): a crash at any point leaves
 // either the complete new checkpoint or none, and never damages older ones.
-// It then deletes all but the newest keep checkpoints (keep 0 keeps all)
-// and returns the new file's path.
-func WriteCheckpoint(dir string, c *Checkpoint, keep int) (string, error) {
+// It then deletes all but the newest keep checkpoints of c's run (the same
+// model and configuration digests; keep 0 keeps all): another run's
+// checkpoints, and files whose header does not read, are never touched. A
+// file of another run (or an unreadable one) already at the new name is
+// not replaced: that is an error. When ctx ends during the write, the
+// temporary file is removed and ctx's error returned. It returns the new
+// file's path. RunDir.Write does the same inside a run's directory.
+func WriteCheckpoint(ctx context.Context, dir string, c *Checkpoint, keep int) (string, error) {
+	return writeCheckpoint(ctx, dir, c, keep, &tempFile{})
+}
+
+// writeCheckpoint is WriteCheckpoint with the temporary file tracked by tf
+// (RunDir.Abort removes it).
+func writeCheckpoint(ctx context.Context, dir string, c *Checkpoint, keep int, tf *tempFile) (string, error) {
 	if c == nil || c.Step < 0 {
 		return "", invalid("checkpoint: nil or negative step")
 	}
@@ -92,7 +104,10 @@ func WriteCheckpoint(dir string, c *Checkpoint, keep int) (string, error) {
 		return "", fmt.Errorf("train: checkpoint directory: %w", err)
 	}
 	final := filepath.Join(dir, CheckpointName(c.Step))
-	tmp, err := os.CreateTemp(dir, ".ckpt-*.tmp")
+	if err := checkReplaceable(final, c); err != nil {
+		return "", err
+	}
+	tmp, err := tf.create(dir, ".ckpt-*.tmp")
 	if err != nil {
 		return "", fmt.Errorf("train: checkpoint: %w", err)
 	}
@@ -100,10 +115,10 @@ func WriteCheckpoint(dir string, c *Checkpoint, keep int) (string, error) {
 	defer func() {
 		if !ok {
 			tmp.Close()
-			os.Remove(tmp.Name())
+			tf.discard(tmp.Name())
 		}
 	}()
-	bw := bufio.NewWriterSize(tmp, 1<<20)
+	bw := bufio.NewWriterSize(ctxWriter{ctx, tmp, tf}, 1<<20)
 	if err := encodeCheckpoint(bw, c); err != nil {
 		return "", fmt.Errorf("train: checkpoint %s: %w", final, err)
 	}
@@ -116,17 +131,62 @@ func WriteCheckpoint(dir string, c *Checkpoint, keep int) (string, error) {
 	if err := tmp.Close(); err != nil {
 		return "", fmt.Errorf("train: checkpoint %s: %w", final, err)
 	}
-	if err := os.Rename(tmp.Name(), final); err != nil {
+	if err := tf.publish(tmp.Name(), final); err != nil {
 		return "", fmt.Errorf("train: checkpoint: %w", err)
 	}
 	ok = true
 	if err := syncDir(dir); err != nil {
 		return final, fmt.Errorf("train: checkpoint %s: fsync of the directory: %w", final, err)
 	}
-	if err := pruneCheckpoints(dir, keep); err != nil {
+	if err := pruneCheckpoints(dir, keep, c.ModelDigest, c.ConfigDigest); err != nil {
 		return final, err
 	}
 	return final, nil
+}
+
+// checkReplaceable refuses to write c over an existing file at path that
+// is not a checkpoint of c's run (its header names other digests, or does
+// not read).
+func checkReplaceable(path string, c *Checkpoint) error {
+	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	h, err := readCheckpointHeader(path)
+	if err != nil {
+		return invalid("checkpoint %s exists and its header does not read (%v): not replaced; move it away or start a new run", path, err)
+	}
+	if h.ModelDigest != c.ModelDigest || h.ConfigDigest != c.ConfigDigest {
+		return invalid("checkpoint %s belongs to another run (model %s, configuration %s; this run: model %s, configuration %s): not replaced",
+			path, short(h.ModelDigest), short(h.ConfigDigest), short(c.ModelDigest), short(c.ConfigDigest))
+	}
+	return nil
+}
+
+// ctxWriter writes to w in pieces of at most 1 MiB and stops with ctx's
+// error once ctx ends, or with ErrAborted once tf is aborted.
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+	tf  *tempFile
+}
+
+func (c ctxWriter) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		if err := c.ctx.Err(); err != nil {
+			return n, err
+		}
+		if c.tf.isAborted() {
+			return n, ErrAborted
+		}
+		k, err := c.w.Write(p[:min(len(p), 1<<20)])
+		n += k
+		if err != nil {
+			return n, err
+		}
+		p = p[k:]
+	}
+	return n, nil
 }
 
 // encodeCheckpoint writes the whole checkpoint file to w.
@@ -237,8 +297,9 @@ func listCheckpoints(dir string) ([]string, error) {
 }
 
 // pruneCheckpoints deletes all but the newest keep checkpoints (0 keeps
-// all).
-func pruneCheckpoints(dir string, keep int) error {
+// all) of the run with these digests; files of other runs, and files whose
+// header does not read, are left alone.
+func pruneCheckpoints(dir string, keep int, modelDigest, configDigest string) error {
 	if keep == 0 {
 		return nil
 	}
@@ -246,18 +307,25 @@ func pruneCheckpoints(dir string, keep int) error {
 	if err != nil {
 		return fmt.Errorf("train: pruning checkpoints: %w", err)
 	}
-	for len(files) > keep {
-		if err := os.Remove(files[0]); err != nil && !errors.Is(err, os.ErrNotExist) {
+	var own []string
+	for _, f := range files {
+		if h, err := readCheckpointHeader(f); err == nil && h.ModelDigest == modelDigest && h.ConfigDigest == configDigest {
+			own = append(own, f)
+		}
+	}
+	for len(own) > keep {
+		if err := os.Remove(own[0]); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("train: pruning checkpoints: %w", err)
 		}
-		files = files[1:]
+		own = own[1:]
 	}
 	return nil
 }
 
-// LatestCheckpoint returns the path of the newest checkpoint in dir (the
-// highest step; temporary files of an interrupted write are ignored). ok
-// is false when dir holds none or does not exist.
+// LatestCheckpoint returns the path of the newest checkpoint file in dir
+// (the highest step, whichever run wrote it; temporary files of an
+// interrupted write are ignored). ok is false when dir holds none or does
+// not exist. RunDir.Resume picks the newest readable checkpoint of one run.
 func LatestCheckpoint(dir string) (path string, ok bool, err error) {
 	files, err := listCheckpoints(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -289,41 +357,20 @@ func ReadCheckpoint(path string) (*Checkpoint, error) {
 	}
 	c, err := decodeCheckpoint(bufio.NewReaderSize(f, 1<<20), st.Size())
 	if err != nil {
-		return nil, fmt.Errorf("train: checkpoint %s: %w", path, errors.Join(errs.ErrInvalidInput, err))
+		return nil, fmt.Errorf("train: checkpoint %s: %w", path, asInput(err))
 	}
 	return c, nil
 }
 
 // decodeCheckpoint reads a checkpoint file of size bytes from r.
 func decodeCheckpoint(r io.Reader, size int64) (*Checkpoint, error) {
-	const fixed = 16 + sha256.Size
-	if size < fixed {
-		return nil, fmt.Errorf("file of %d bytes is shorter than the %d bytes of an empty checkpoint (truncated?)", size, fixed)
-	}
 	sum := sha256.New()
 	tr := io.TeeReader(r, sum)
-	var pre [16]byte
-	if _, err := io.ReadFull(tr, pre[:]); err != nil {
+	h, hlen, err := decodeHeader(tr, size)
+	if err != nil {
 		return nil, err
 	}
-	if string(pre[:8]) != ckptMagic {
-		return nil, fmt.Errorf("not a tensorbridge checkpoint (magic %q, want %q)", pre[:8], ckptMagic)
-	}
-	hlen := binary.LittleEndian.Uint64(pre[8:])
-	if hlen > maxCkptHeader || int64(hlen) > size-fixed {
-		return nil, fmt.Errorf("header length %d does not fit the %d-byte file (truncated or corrupt)", hlen, size)
-	}
-	hj := make([]byte, hlen)
-	if _, err := io.ReadFull(tr, hj); err != nil {
-		return nil, fmt.Errorf("header: %w", unexpectedEOF(err))
-	}
-	var h ckptHeader
-	dec := json.NewDecoder(bytes.NewReader(hj))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&h); err != nil {
-		return nil, fmt.Errorf("header: %w (corrupt)", err)
-	}
-	if err := checkLayout(&h, size-fixed-int64(hlen)); err != nil {
+	if err := checkLayout(h, size-ckptFixed-hlen); err != nil {
 		return nil, err
 	}
 	c := &Checkpoint{Step: h.Step, Position: h.Position, ModelDigest: h.ModelDigest, ConfigDigest: h.ConfigDigest,
@@ -336,6 +383,68 @@ func decodeCheckpoint(r io.Reader, size int64) (*Checkpoint, error) {
 		c.Tensors[t.Name] = tensor
 	}
 	return c, verifySum(r, sum)
+}
+
+// ckptFixed is the bytes of a checkpoint file besides its header and
+// data: magic, header length, checksum.
+const ckptFixed = 16 + sha256.Size
+
+// decodeHeader reads the magic, the header length and the JSON header of a
+// checkpoint file of size bytes, and returns the header and its length.
+func decodeHeader(r io.Reader, size int64) (*ckptHeader, int64, error) {
+	if size < ckptFixed {
+		return nil, 0, fmt.Errorf("file of %d bytes is shorter than the %d bytes of an empty checkpoint (truncated?)", size, ckptFixed)
+	}
+	var pre [16]byte
+	if _, err := io.ReadFull(r, pre[:]); err != nil {
+		return nil, 0, err
+	}
+	if string(pre[:8]) != ckptMagic {
+		return nil, 0, fmt.Errorf("not a tensorbridge checkpoint (magic %q, want %q)", pre[:8], ckptMagic)
+	}
+	hlen := binary.LittleEndian.Uint64(pre[8:])
+	if hlen > maxCkptHeader || int64(hlen) > size-ckptFixed {
+		return nil, 0, fmt.Errorf("header length %d does not fit the %d-byte file (truncated or corrupt)", hlen, size)
+	}
+	hj := make([]byte, hlen)
+	if _, err := io.ReadFull(r, hj); err != nil {
+		return nil, 0, fmt.Errorf("header: %w", unexpectedEOF(err))
+	}
+	var h ckptHeader
+	dec := json.NewDecoder(bytes.NewReader(hj))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&h); err != nil {
+		return nil, 0, fmt.Errorf("header: %w (corrupt)", err)
+	}
+	return &h, int64(hlen), nil
+}
+
+// readCheckpointHeader reads only the header of the checkpoint file at
+// path (which run wrote it, its step): the data and checksum are not
+// checked.
+func readCheckpointHeader(path string) (*ckptHeader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	h, _, err := decodeHeader(bufio.NewReader(f), st.Size())
+	return h, err
+}
+
+// short is the first 12 characters of a digest, for messages.
+func short(digest string) string {
+	if len(digest) > 12 {
+		return digest[:12] + "…"
+	}
+	if digest == "" {
+		return `""`
+	}
+	return digest
 }
 
 // checkLayout checks the header's tensors against the data bytes the file

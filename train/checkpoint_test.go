@@ -2,6 +2,7 @@ package train
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"math"
 	"os"
@@ -80,7 +81,7 @@ func sameCheckpoint(t *testing.T, got, want *Checkpoint) {
 func TestCheckpointRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	want := testCheckpoint(t, 120)
-	path, err := WriteCheckpoint(dir, want, 0)
+	path, err := WriteCheckpoint(context.Background(), dir, want, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func TestCheckpointAtomic(t *testing.T) {
 		t.Fatalf("missing dir: ok %v err %v", ok, err)
 	}
 	old := testCheckpoint(t, 10)
-	if _, err := WriteCheckpoint(dir, old, 0); err != nil {
+	if _, err := WriteCheckpoint(context.Background(), dir, old, 0); err != nil {
 		t.Fatal(err)
 	}
 	// What an interrupted WriteCheckpoint of step 20 leaves: part of the
@@ -135,7 +136,7 @@ func TestCheckpointAtomic(t *testing.T) {
 	// A failed write (a tensor that cannot be encoded) leaves no file.
 	bad := testCheckpoint(t, 30)
 	bad.Tensors["nil"] = nil
-	if _, err := WriteCheckpoint(dir, bad, 0); err == nil {
+	if _, err := WriteCheckpoint(context.Background(), dir, bad, 0); err == nil {
 		t.Fatal("a nil tensor was written")
 	}
 	entries, _ := os.ReadDir(dir)
@@ -158,7 +159,7 @@ func TestCheckpointKeep(t *testing.T) {
 	} {
 		dir := t.TempDir()
 		for _, s := range c.steps {
-			if _, err := WriteCheckpoint(dir, testCheckpoint(t, s), c.keep); err != nil {
+			if _, err := WriteCheckpoint(context.Background(), dir, testCheckpoint(t, s), c.keep); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -175,7 +176,7 @@ func TestCheckpointKeep(t *testing.T) {
 			t.Errorf("keep %d: latest %s, want %s", c.keep, latest, c.want[len(c.want)-1])
 		}
 	}
-	if _, err := WriteCheckpoint(t.TempDir(), testCheckpoint(t, 1), -1); !errors.Is(err, errs.ErrInvalidInput) {
+	if _, err := WriteCheckpoint(context.Background(), t.TempDir(), testCheckpoint(t, 1), -1); !errors.Is(err, errs.ErrInvalidInput) {
 		t.Errorf("keep -1: %v", err)
 	}
 }
@@ -186,7 +187,7 @@ func TestCheckpointKeep(t *testing.T) {
 // corruptions of tensor bytes pass unnoticed and this test fails.)
 func TestCheckpointDamaged(t *testing.T) {
 	dir := t.TempDir()
-	path, err := WriteCheckpoint(dir, testCheckpoint(t, 1), 0)
+	path, err := WriteCheckpoint(context.Background(), dir, testCheckpoint(t, 1), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

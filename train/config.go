@@ -9,7 +9,6 @@ package train
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -324,7 +323,55 @@ func orDefault(s, d string) string {
 	return s
 }
 
-// invalid returns an error wrapping errs.ErrInvalidInput.
+// invalid returns an error wrapping errs.ErrInvalidInput, its message on
+// one line: "train: " and the formatted text.
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("train: %w", errors.Join(errs.ErrInvalidInput, fmt.Errorf(format, args...)))
+	return fmt.Errorf("train: %w", asInput(fmt.Errorf(format, args...)))
 }
+
+// asInput marks err as bad input: errors.Is matches errs.ErrInvalidInput
+// and each of also, errors.Is and errors.As reach err's own chain, and the
+// message is err's alone. (errors.Join would prefix "invalid input" and a
+// line break, and a CLI error must be one line.)
+func asInput(err error, also ...error) error {
+	return &inputError{err: err, kinds: append([]error{errs.ErrInvalidInput}, also...)}
+}
+
+// inputError is asInput's error.
+type inputError struct {
+	err   error
+	kinds []error
+}
+
+func (e *inputError) Error() string { return e.err.Error() }
+
+// Unwrap gives the sentinels, then err.
+func (e *inputError) Unwrap() []error { return append(append([]error(nil), e.kinds...), e.err) }
+
+// joinOneLine is errors.Join with the messages on one line, separated by
+// "; ": nil when every error is nil.
+func joinOneLine(list ...error) error {
+	var j joinedError
+	for _, err := range list {
+		if err != nil {
+			j = append(j, err)
+		}
+	}
+	if len(j) == 0 {
+		return nil
+	}
+	return j
+}
+
+// joinedError is joinOneLine's error.
+type joinedError []error
+
+func (j joinedError) Error() string {
+	msgs := make([]string, len(j))
+	for i, err := range j {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (j joinedError) Unwrap() []error { return j }

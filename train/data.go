@@ -98,7 +98,7 @@ func OpenData(dir string, names []string) (*Dataset, error) {
 func checkDataDir(dir string, names []string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return fmt.Errorf("train: data directory: %w", errors.Join(errs.ErrInvalidInput, err))
+		return fmt.Errorf("train: data directory: %w", asInput(err))
 	}
 	npys := 0
 	for _, e := range entries {
@@ -128,12 +128,12 @@ func openDataFile(dir, name string) (*dataFile, error) {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, invalid("data %q: %s does not exist (the data directory needs one NAME.npy per input and labels/targets name)", name, path)
 		}
-		return nil, fmt.Errorf("train: data %q: %w", name, errors.Join(errs.ErrInvalidInput, err))
+		return nil, fmt.Errorf("train: data %q: %w", name, asInput(err))
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("train: data %q: %w", name, errors.Join(errs.ErrInvalidInput, err))
+		return nil, fmt.Errorf("train: data %q: %w", name, asInput(err))
 	}
 	if !st.Mode().IsRegular() {
 		return nil, invalid("data %q: %s is not a regular file", name, path)
@@ -144,7 +144,7 @@ func openDataFile(dir, name string) (*dataFile, error) {
 	}
 	data, release, err := mapFile(f, st.Size())
 	if err != nil {
-		return nil, fmt.Errorf("train: data %q: %s: %w", name, path, errors.Join(errs.ErrInvalidInput, err))
+		return nil, fmt.Errorf("train: data %q: %s: %w", name, path, asInput(err))
 	}
 	return &dataFile{name: name, path: path, size: st.Size(), layout: layout, data: data, release: release}, nil
 }
@@ -467,7 +467,7 @@ func (d *Dataset) Close() error {
 			f.release, f.data = nil, nil
 		}
 	}
-	return errors.Join(errList...)
+	return joinOneLine(errList...)
 }
 
 var _ io.Closer = (*Dataset)(nil)

@@ -2,7 +2,6 @@ package train
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/ir"
 	"github.com/tensorbridge/tensorbridge/onnx/onnxpb"
 	"github.com/x448/float16"
@@ -56,7 +54,7 @@ func ExportONNX(src, dst string, weights map[string]*ir.Tensor) error {
 	}
 	m, err := onnxpb.ReadModel(src)
 	if err != nil {
-		return fmt.Errorf("train: export: %w", errors.Join(errs.ErrInvalidInput, err))
+		return fmt.Errorf("train: export: %w", asInput(err))
 	}
 	if m.Graph == nil {
 		return invalid("export: %s has no graph", src)
@@ -77,7 +75,7 @@ func ExportONNX(src, dst string, weights map[string]*ir.Tensor) error {
 	}
 	out, err := rewriteModel(srcBytes, inline)
 	if err != nil {
-		return fmt.Errorf("train: export: %s: %w", src, errors.Join(errs.ErrInvalidInput, err))
+		return fmt.Errorf("train: export: %s: %w", src, asInput(err))
 	}
 	for _, f := range ext {
 		if err := f.write(); err != nil {
@@ -347,7 +345,7 @@ func planExternal(g *onnxpb.Graph, payloads map[string]payload, srcDir, dstDir s
 		}
 		ref, err := t.External()
 		if err != nil {
-			return nil, errors.Join(errs.ErrInvalidInput, err)
+			return nil, asInput(err)
 		}
 		rel := filepath.FromSlash(ref.Location)
 		if !filepath.IsLocal(rel) {
@@ -385,7 +383,7 @@ func planExternal(g *onnxpb.Graph, payloads map[string]payload, srcDir, dstDir s
 func checkNotSame(src, dst string) error {
 	s, err := os.Stat(src)
 	if err != nil {
-		return errors.Join(errs.ErrInvalidInput, fmt.Errorf("external data: %w", err))
+		return asInput(fmt.Errorf("external data: %w", err))
 	}
 	if d, err := os.Stat(dst); err == nil && os.SameFile(s, d) {
 		return invalid("external data file %s would be overwritten by the export: write the output model to another directory", src)

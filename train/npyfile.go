@@ -3,12 +3,10 @@ package train
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
 
-	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/ir"
 	"github.com/tensorbridge/tensorbridge/npy"
 )
@@ -67,7 +65,7 @@ func readNpyLayout(r io.Reader, size int64) (*npyLayout, error) {
 	cr := &countingReader{r: io.MultiReader(bytes.NewReader(pre), r)}
 	h, err := npy.ReadHeader(cr)
 	if err != nil {
-		return nil, errors.Join(errs.ErrInvalidInput, err)
+		return nil, asInput(err)
 	}
 	l := &npyLayout{Descr: h.Descr, Shape: h.Shape, DataOffset: cr.n}
 	d := h.Descr
@@ -138,5 +136,5 @@ func checkHeaderLen(r io.Reader, size int64) ([]byte, error) {
 
 // invalidData returns an error wrapping errs.ErrInvalidInput and npy.ErrFormat.
 func invalidData(format string, args ...any) error {
-	return fmt.Errorf("%w", errors.Join(errs.ErrInvalidInput, npy.ErrFormat, fmt.Errorf(format, args...)))
+	return fmt.Errorf("%w", asInput(fmt.Errorf(format, args...), npy.ErrFormat))
 }

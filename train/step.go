@@ -83,6 +83,14 @@ type StepSpec struct {
 	// plan --train, which compiles models loaded by shape only (no weight
 	// values to fold), passes them as parameters.
 	Frozen map[string]bool
+	// GuardNonFinite applies the update only when the loss and the global
+	// gradient norm are both finite: otherwise the step's weights and
+	// optimizer state come out as they went in (what PyTorch's GradScaler
+	// does with a step whose gradients overflowed), so a NaN or infinity is
+	// never written into the weights. The caller sees the non-finite loss
+	// or norm in the outputs and decides (tensorbridge.Trainer returns a
+	// *NonFiniteError and does not count the update).
+	GuardNonFinite bool
 }
 
 // Trained returns the weights of spec.Plan the step trains: Plan.Weights
@@ -189,7 +197,28 @@ func BuildStep(g *ir.Graph, spec StepSpec, in StepNodes) (out StepOutputs, err e
 	out.Loss = loss
 	grads, out.GradNorm = clip(grads, spec.ClipGradNorm)
 	out.Weights, out.State = update(spec.Optimizer, masters, in.State, grads, in.Hyper)
+	if spec.GuardNonFinite {
+		ok := graph.LogicalAnd(graph.IsFinite(loss), graph.IsFinite(out.GradNorm))
+		out.Weights = keepUnless(ok, out.Weights, masters)
+		for s := range out.State {
+			out.State[s] = keepUnless(ok, out.State[s], in.State[s])
+		}
+	}
 	return out, nil
+}
+
+// keepUnless returns, per tensor, updated where the scalar ok holds and
+// old where it does not.
+func keepUnless(ok *ir.Node, updated, old []*ir.Node) []*ir.Node {
+	out := make([]*ir.Node, len(updated))
+	for i, u := range updated {
+		cond := ok
+		if dims := u.Shape().Dimensions; len(dims) > 0 {
+			cond = graph.BroadcastToDims(ok, dims...)
+		}
+		out[i] = graph.Where(cond, u, old[i])
+	}
+	return out
 }
 
 // BuildLoss builds the forward pass of plan on g from nodes (weights and

@@ -33,8 +33,8 @@ const trainSynopsis = `MODEL.onnx --data DIR --steps N --batch B --loss SPEC
     [--optimizer adamw|adam|sgd] [--lr F] [--betas B1,B2] [--eps F] [--weight-decay F] [--momentum F]
     [--freeze REGEXP] [--shuffle SEED] [--grad-accum K]
     [--backend NAME] [--mesh data=D[,model=M]] [--strategy dp|tp|fsdp] [--precision float32|bfloat16]
-    [--checkpoint-dir DIR] [--checkpoint-every N] [--keep K] [--resume]
-    [--output OUT.onnx] [--log-json FILE] [--cpuprofile FILE]
+    [--checkpoint-dir DIR] [--checkpoint-every N] [--keep K] [--resume | --force-new-run]
+    [--skip-nonfinite N] [--output OUT.onnx] [--log-json FILE] [--cpuprofile FILE]
     [--lr-schedule constant|cosine|linear] [--warmup-steps N] [--lr-schedule-steps N]
     [--clip-grad-norm F] [--eval-data DIR --eval-every N]`
 
@@ -46,7 +46,8 @@ type trainFlags struct {
 	backend, mesh, strategy, precision            string
 	ckptDir                                       string
 	ckptEvery, keep                               int
-	resume                                        bool
+	resume, forceNew                              bool
+	skipNonFinite                                 int
 	output, logJSON                               string
 	schedule                                      string
 	warmup, scheduleSteps                         int
@@ -78,7 +79,9 @@ func addTrainFlags(fs *flag.FlagSet, f *trainFlags) {
 	fs.StringVar(&f.ckptDir, "checkpoint-dir", "", "directory of checkpoints (written atomically)")
 	fs.IntVar(&f.ckptEvery, "checkpoint-every", 0, "write a checkpoint every N steps (and at the end); 0: at the end only")
 	fs.IntVar(&f.keep, "keep", 0, "keep the newest K checkpoints (0: all)")
-	fs.BoolVar(&f.resume, "resume", false, "continue from the newest checkpoint in --checkpoint-dir (start afresh when there is none)")
+	fs.BoolVar(&f.resume, "resume", false, "continue from the newest readable checkpoint of this run in --checkpoint-dir (start afresh when there is none)")
+	fs.BoolVar(&f.forceNew, "force-new-run", false, "start a new run in a --checkpoint-dir that holds another run (or this run's checkpoints): the files found there are moved into a superseded-* subdirectory, never deleted")
+	fs.IntVar(&f.skipNonFinite, "skip-nonfinite", 0, "tolerate up to N steps whose loss or gradient norm is NaN or infinite: their update is skipped and logged (0: the first one stops the run)")
 	fs.StringVar(&f.output, "output", "", "write the trained model here: a copy of MODEL.onnx with the trained initializers")
 	fs.StringVar(&f.logJSON, "log-json", "", `append one JSON object per step to FILE: {"step":i,"loss":L,"step_ms":T,...}`)
 	fs.StringVar(&f.schedule, "lr-schedule", "constant", "constant, cosine or linear (transformers' schedules with warm-up)")
@@ -160,10 +163,14 @@ func (f *trainFlags) check() error {
 		return usageErr("--batch %d: want > 0", f.batch)
 	case f.gradAccum <= 0:
 		return usageErr("--grad-accum %d: want >= 1", f.gradAccum)
-	case f.ckptEvery < 0 || f.keep < 0 || f.evalEvery < 0 || f.warmup < 0 || f.scheduleSteps < 0:
-		return usageErr("--checkpoint-every, --keep, --eval-every, --warmup-steps and --lr-schedule-steps cannot be negative")
+	case f.ckptEvery < 0 || f.keep < 0 || f.evalEvery < 0 || f.warmup < 0 || f.scheduleSteps < 0 || f.skipNonFinite < 0:
+		return usageErr("--checkpoint-every, --keep, --eval-every, --warmup-steps, --lr-schedule-steps and --skip-nonfinite cannot be negative")
 	case f.resume && f.ckptDir == "":
 		return usageErr("--resume needs --checkpoint-dir")
+	case f.forceNew && f.ckptDir == "":
+		return usageErr("--force-new-run needs --checkpoint-dir")
+	case f.forceNew && f.resume:
+		return usageErr("--resume continues the run in --checkpoint-dir and --force-new-run starts another: give one")
 	case f.ckptEvery > 0 && f.ckptDir == "":
 		return usageErr("--checkpoint-every needs --checkpoint-dir")
 	case (f.evalData == "") != (f.evalEvery == 0):
@@ -203,8 +210,13 @@ func checkWritable(path string) error {
 	return os.Remove(name)
 }
 
-// runTrain is `tensorbridge train`.
+// runTrain is `tensorbridge train`; its errors are one line each.
 func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return oneLine(trainCommand(ctx, args, stdout, stderr))
+}
+
+// trainCommand parses train's flags and runs it.
+func trainCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("train", stderr, trainSynopsis)
 	var f trainFlags
 	addTrainFlags(fs, &f)
@@ -219,6 +231,9 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageErr("want exactly one MODEL.onnx argument, got %d", fs.NArg())
 	}
 	if err := f.check(); err != nil {
+		return err
+	}
+	if err := checkOneProcess(ctx); err != nil {
 		return err
 	}
 	cfg, err := f.config()
@@ -239,7 +254,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	err = trainRun(ctx, fs.Arg(0), &f, cfg, sf, stdout, stderr)
 	var ee *exitError
 	if err != nil && !errors.As(err, &ee) && errors.Is(err, errs.ErrInvalidInput) {
-		return &exitError{code: 2, err: err}
+		err = &exitError{code: 2, err: err}
 	}
 	return err
 }
@@ -285,6 +300,7 @@ func trainRun(ctx context.Context, modelPath string, f *trainFlags, cfg train.Co
 	if err := checkDataSpecs(m, ds, "--data"); err != nil {
 		return err
 	}
+	warnBatchOverData(stderr, cfg, ds.Len())
 	var eval *train.Dataset
 	if f.evalData != "" {
 		if eval, err = train.OpenData(f.evalData, names); err != nil {
@@ -302,8 +318,29 @@ func trainRun(ctx context.Context, modelPath string, f *trainFlags, cfg train.Co
 	}
 	defer tr.Close()
 	loop := &trainLoop{f: f, cfg: cfg, tr: tr, ds: ds, eval: eval, stdout: stdout, stderr: stderr,
-		pos: ds.Start(cfg.Shuffle, cfg.ShuffleSeed), progress: isTerminal(stderr)}
+		pos: ds.Start(cfg.Shuffle, cfg.ShuffleSeed), progress: isTerminal(stderr), exit: os.Exit}
+	if f.ckptDir != "" {
+		if loop.rd, err = openRunDir(ctx, modelPath, f, tr, stderr); err != nil {
+			return err
+		}
+		defer loop.rd.Close()
+	}
 	return loop.run(ctx)
+}
+
+// warnBatchOverData warns when one step takes more samples than the data
+// holds: Dataset.Next wraps around, so rows repeat within the step.
+func warnBatchOverData(stderr io.Writer, cfg train.Config, n int) {
+	per := cfg.Batch * max(1, cfg.GradAccum)
+	if per <= n {
+		return
+	}
+	flags := fmt.Sprintf("--batch %d", cfg.Batch)
+	if cfg.GradAccum > 1 {
+		flags += fmt.Sprintf(" x --grad-accum %d", cfg.GradAccum)
+	}
+	fmt.Fprintf(stderr, "tensorbridge train: warning: a step takes %d samples (%s) but --data holds %d: the data wraps around, so %d rows of each step repeat others\n",
+		per, flags, n, per-n)
 }
 
 // dataNamesFor is the data files a run reads: the model's inputs and the
@@ -360,6 +397,12 @@ type trainLoop struct {
 	logFile  *os.File
 	progress bool
 	stop     atomic.Bool
+	// rd is the run's --checkpoint-dir (nil without one); skipped counts
+	// the non-finite steps passed over; exit ends the process at a second
+	// signal (os.Exit).
+	rd      *train.RunDir
+	skipped int
+	exit    func(int)
 }
 
 func (l *trainLoop) run(ctx context.Context) error {
@@ -367,8 +410,12 @@ func (l *trainLoop) run(ctx context.Context) error {
 		return err
 	}
 	st := l.tr.Stats()
-	fmt.Fprintf(l.stdout, "training %d tensors (%d parameters), freezing %d tensors (%d parameters); %s, batch %d x %d, steps %d to %d\n",
-		st.Trained, st.TrainedElements, st.Frozen, st.FrozenElements, l.cfg.Optimizer.Kind, l.cfg.Batch, max(1, l.cfg.GradAccum), l.tr.Updates()+1, l.f.steps)
+	steps := fmt.Sprintf("steps %d to %d", l.tr.Updates()+1, l.f.steps)
+	if l.tr.Updates() >= l.f.steps {
+		steps = fmt.Sprintf("already at step %d of --steps %d", l.tr.Updates(), l.f.steps)
+	}
+	fmt.Fprintf(l.stdout, "training %d tensors (%d parameters), freezing %d tensors (%d parameters); %s, batch %d x %d, %s\n",
+		st.Trained, st.TrainedElements, st.Frozen, st.FrozenElements, l.cfg.Optimizer.Kind, l.cfg.Batch, max(1, l.cfg.GradAccum), steps)
 	if l.f.logJSON != "" {
 		fl, err := os.OpenFile(l.f.logJSON, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
@@ -397,6 +444,12 @@ func (l *trainLoop) run(ctx context.Context) error {
 			return err
 		}
 		res, err := l.tr.Step(stepCtx, batch)
+		if res.Skipped {
+			if err := l.nonFinite(res, err, next); err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("step %d: %w", l.tr.Updates()+1, err)
 		}
@@ -412,17 +465,35 @@ func (l *trainLoop) run(ctx context.Context) error {
 	if l.progress {
 		fmt.Fprintln(l.stderr)
 	}
-	if l.f.ckptDir != "" && (l.f.ckptEvery == 0 || l.tr.Updates()%l.f.ckptEvery != 0) {
-		if err := l.checkpoint(); err != nil {
+	return l.finish(stepCtx, first, last)
+}
+
+// finish writes the final checkpoint and evaluation of a run that did
+// steps first+1 to --steps, reports them, and writes --output.
+func (l *trainLoop) finish(stepCtx context.Context, first int, last float64) error {
+	done := l.tr.Updates() - first
+	if done > 0 && l.f.ckptDir != "" && (l.f.ckptEvery == 0 || l.tr.Updates()%l.f.ckptEvery != 0) {
+		if err := l.checkpoint(stepCtx); err != nil {
 			return err
 		}
 	}
-	if l.eval != nil && l.tr.Updates()%l.f.evalEvery != 0 {
+	if done > 0 && l.eval != nil && l.tr.Updates()%l.f.evalEvery != 0 {
 		if err := l.evaluate(stepCtx, l.tr.Updates()); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(l.stdout, "trained %d steps; last loss %.6g\n", l.tr.Updates(), last)
+	var skipped string
+	if l.skipped > 0 {
+		skipped = fmt.Sprintf("; skipped %d step(s) whose loss or gradient norm was not finite", l.skipped)
+	}
+	switch {
+	case done == 0:
+		fmt.Fprintf(l.stdout, "trained 0 steps: resumed at step %d, at or past --steps %d\n", first, l.f.steps)
+	case first == 0:
+		fmt.Fprintf(l.stdout, "trained %d steps; last loss %.6g%s\n", done, last, skipped)
+	default:
+		fmt.Fprintf(l.stdout, "trained %d steps (%d to %d); last loss %.6g%s\n", done, first+1, l.tr.Updates(), last, skipped)
+	}
 	if l.f.output != "" {
 		if err := l.tr.Export(stepCtx, l.f.output); err != nil {
 			return fmt.Errorf("--output: %w", err)
@@ -432,85 +503,10 @@ func (l *trainLoop) run(ctx context.Context) error {
 	return nil
 }
 
-// watch turns the first SIGINT/SIGTERM into a stop after the current step
-// and exits the process at the second.
-func (l *trainLoop) watch(sigs chan os.Signal, done chan struct{}) {
-	select {
-	case s := <-sigs:
-		l.stop.Store(true)
-		fmt.Fprintf(l.stderr, "\ntensorbridge train: %v: finishing the current step, then writing a checkpoint (signal again to exit at once)\n", s)
-	case <-done:
-		return
-	}
-	select {
-	case s := <-sigs:
-		fmt.Fprintf(l.stderr, "tensorbridge train: %v again: exiting without a checkpoint\n", s)
-		code := 130
-		if s == syscall.SIGTERM {
-			code = 143
-		}
-		os.Exit(code)
-	case <-done:
-	}
-}
-
-// interrupted writes a checkpoint after a signal and ends the run cleanly.
-func (l *trainLoop) interrupted(ctx context.Context) error {
-	if l.f.ckptDir == "" {
-		fmt.Fprintf(l.stderr, "tensorbridge train: stopped after step %d; no --checkpoint-dir, so nothing was saved\n", l.tr.Updates())
-		return nil
-	}
-	if err := l.checkpoint(); err != nil {
-		return err
-	}
-	fmt.Fprintf(l.stderr, "tensorbridge train: stopped after step %d; resume with --resume\n", l.tr.Updates())
-	return nil
-}
-
-// resume restores the newest checkpoint with --resume.
-func (l *trainLoop) resume(ctx context.Context) error {
-	if !l.f.resume {
-		return nil
-	}
-	path, ok, err := train.LatestCheckpoint(l.f.ckptDir)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		fmt.Fprintf(l.stdout, "no checkpoint in %s: starting from step 1\n", l.f.ckptDir)
-		return nil
-	}
-	c, err := train.ReadCheckpoint(path)
-	if err != nil {
-		return err
-	}
-	if err := l.tr.Restore(ctx, c); err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("--resume %s: %w", path, err)}
-	}
-	l.pos = c.Position
-	fmt.Fprintf(l.stdout, "resumed from %s (step %d)\n", path, c.Step)
-	return nil
-}
-
-// checkpoint writes the trainer's state and the data position.
-func (l *trainLoop) checkpoint() error {
-	c, err := l.tr.State()
-	if err != nil {
-		return err
-	}
-	c.Position = l.pos
-	path, err := train.WriteCheckpoint(l.f.ckptDir, c, l.f.keep)
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	fmt.Fprintf(l.stderr, "checkpoint %s (step %d)\n", path, c.Step)
-	return nil
-}
-
 // periodic writes checkpoints and runs evaluations on their schedules.
 func (l *trainLoop) periodic(ctx context.Context, step int) error {
 	if l.f.ckptEvery > 0 && step%l.f.ckptEvery == 0 {
-		if err := l.checkpoint(); err != nil {
+		if err := l.checkpoint(ctx); err != nil {
 			return err
 		}
 	}
@@ -552,6 +548,9 @@ type stepLine struct {
 	OutsideMS float64   `json:"outside_ms"`
 	LR        float64   `json:"lr"`
 	GradNorm  jsonFloat `json:"grad_norm"`
+	// Skipped marks a step whose loss or gradient norm was not finite:
+	// its update was not applied (--skip-nonfinite).
+	Skipped bool `json:"skipped,omitempty"`
 }
 
 type evalLine struct {
@@ -573,7 +572,7 @@ func (f jsonFloat) MarshalJSON() ([]byte, error) {
 // logStep writes the step's JSON line and flushes it.
 func (l *trainLoop) logStep(r tensorbridge.StepResult) error {
 	return l.writeLog(stepLine{Step: r.Step, Loss: jsonFloat(r.Loss), StepMS: float64(r.Duration.Microseconds()) / 1000,
-		OutsideMS: float64(r.Outside.Microseconds()) / 1000, LR: r.LR, GradNorm: jsonFloat(r.GradNorm)})
+		OutsideMS: float64(r.Outside.Microseconds()) / 1000, LR: r.LR, GradNorm: jsonFloat(r.GradNorm), Skipped: r.Skipped})
 }
 
 func (l *trainLoop) writeLog(v any) error {
