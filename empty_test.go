@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -79,38 +80,49 @@ func TestEmptyBatch(t *testing.T) {
 	}
 }
 
-// TestEmptyBatchReduced: an empty batch whose output would hold values
-// computed from no data (a ReduceSum over every axis: ONNX Runtime gives
-// a zero scalar) is an *InputError naming the input and the output,
-// never a backend failure.
+// TestEmptyBatchReduced: an empty batch whose output holds values
+// computed from no data is computed as ONNX defines it: a ReduceSum over
+// every axis of a (0, 3) input is the sum of an empty set, 0 ("Reduction
+// over an empty set of values yields 0",
+// https://onnx.ai/onnx/operators/onnx__ReduceSum.html; ONNX Runtime gives
+// a zero scalar too), on every backend, run at the exact shapes; a
+// ReduceMean there, which ONNX leaves undefined, is an error matching
+// errs.ErrInvalidInput and onnx.ErrEmptySet, never a NaN. Fault injected:
+// the rule before (an InputError whenever an output is not empty) fails
+// the ReduceSum with `output "y" would have shape []`.
 func TestEmptyBatchReduced(t *testing.T) {
 	b := openTest(t)
 	ctx := context.Background()
-	pb := &onnxpb.Model{IRVersion: 8, OpsetImport: []onnxpb.OperatorSetID{{Version: 18}},
-		Graph: &onnxpb.Graph{Name: "sum",
-			Input:  []onnxpb.ValueInfo{valueInfo("x", "batch", 3)},
-			Output: []onnxpb.ValueInfo{valueInfo("y")},
-			Node: []onnxpb.Node{{OpType: "ReduceSum", Input: []string{"x"}, Output: []string{"y"},
-				Attribute: []onnxpb.Attribute{{Name: "keepdims", Type: onnxpb.AttrInt, I: 0}}}}}}
-	om, err := onnx.FromProto(pb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := b.LoadONNX(ctx, om, "sum")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	x, _ := ir.NewHostTensor(ir.Float32, 0, 3)
-	_, err = m.Run(ctx, map[string]*ir.Tensor{"x": x})
-	var ie *tensorbridge.InputError
-	if !errors.As(err, &ie) || !strings.Contains(err.Error(), `output "y" would have shape []`) || !strings.Contains(ie.Name, "x [0 3]") {
-		t.Fatalf("Run = %v, want an InputError naming input x and output y", err)
-	}
-	// The same model with a non-empty batch runs (the guard is only for empty inputs).
-	x1, _ := ir.TensorFromFlat([]float32{1, 2, 3}, 1, 3)
-	if _, err := m.Run(ctx, map[string]*ir.Tensor{"x": x1}); err != nil {
-		t.Fatalf("Run (1,3): %v", err)
+	for _, op := range []string{"ReduceSum", "ReduceMean"} {
+		pb := &onnxpb.Model{IRVersion: 8, OpsetImport: []onnxpb.OperatorSetID{{Version: 18}},
+			Graph: &onnxpb.Graph{Name: "sum",
+				Input:  []onnxpb.ValueInfo{valueInfo("x", "batch", 3)},
+				Output: []onnxpb.ValueInfo{valueInfo("y")},
+				Node: []onnxpb.Node{{OpType: op, Input: []string{"x"}, Output: []string{"y"},
+					Attribute: []onnxpb.Attribute{{Name: "keepdims", Type: onnxpb.AttrInt, I: 0}}}}}}
+		om, err := onnx.FromProto(pb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := b.LoadONNX(ctx, om, "sum")
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, _ := ir.NewHostTensor(ir.Float32, 0, 3)
+		outs, err := m.Run(ctx, map[string]*ir.Tensor{"x": x})
+		if op == "ReduceMean" {
+			if !errors.Is(err, errs.ErrInvalidInput) || !errors.Is(err, onnx.ErrEmptySet) {
+				t.Errorf("%s: Run = %v, %v; want an error matching ErrInvalidInput and onnx.ErrEmptySet", op, outs, err)
+			}
+		} else if err != nil || outs["y"] == nil || outs["y"].Shape().Rank() != 0 || tensors.MustCopyFlatData[float32](outs["y"])[0] != 0 {
+			t.Errorf("%s: Run = %v, %v; want a zero scalar", op, outs, err)
+		}
+		// The same model with a non-empty batch runs.
+		x1, _ := ir.TensorFromFlat([]float32{1, 2, 3}, 1, 3)
+		if _, err := m.Run(ctx, map[string]*ir.Tensor{"x": x1}); err != nil {
+			t.Fatalf("%s: Run (1,3): %v", op, err)
+		}
+		_ = m.Close()
 	}
 }
 
@@ -224,4 +236,55 @@ func TestWarmStartKeepsIndexChecks(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestEmptyInputHugeOutput: an empty input costs its sender nothing
+// whatever its other dimensions, while ONNX gives ReduceSum over the zero
+// axis of a (0, 2^40) input 2^40 zeros (4 TiB): Model.Run refuses it with
+// an *OutOfMemoryError (needed against available) before allocating
+// anything, and keeps serving, concurrently, the same request at a size
+// that fits (16 callers, each getting 3 zeros). Fault injected: without
+// checkEmptyOutputs the run allocates the output and the process dies
+// ("fatal error: runtime: out of memory" or a makeslice panic).
+func TestEmptyInputHugeOutput(t *testing.T) {
+	b := openTest(t)
+	ctx := context.Background()
+	pb := &onnxpb.Model{IRVersion: 8, OpsetImport: []onnxpb.OperatorSetID{{Version: 11}}, // axes as an attribute
+		Graph: &onnxpb.Graph{Name: "sum0",
+			Input:  []onnxpb.ValueInfo{valueInfo("x", "batch", "n")},
+			Output: []onnxpb.ValueInfo{valueInfo("y", "n")},
+			Node: []onnxpb.Node{{OpType: "ReduceSum", Input: []string{"x"}, Output: []string{"y"},
+				Attribute: []onnxpb.Attribute{{Name: "keepdims", Type: onnxpb.AttrInt, I: 0},
+					{Name: "axes", Type: onnxpb.AttrInts, Ints: []int64{0}}}}}}}
+	om, err := onnx.FromProto(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := b.LoadONNX(ctx, om, "sum0", tensorbridge.WithExactShapes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	huge, err := ir.NewHostTensor(ir.Float32, 0, 1<<40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Run(ctx, map[string]*ir.Tensor{"x": huge})
+	var oom *errs.OutOfMemoryError
+	if !errors.As(err, &oom) || oom.Needed != 4<<40 || oom.Available >= oom.Needed {
+		t.Fatalf("Run (0, 2^40) = %v; want an OutOfMemoryError needing 4 TiB (%v)", err, oom)
+	}
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x, _ := ir.NewHostTensor(ir.Float32, 0, 3)
+			outs, err := m.Run(ctx, map[string]*ir.Tensor{"x": x})
+			if err != nil || !slices.Equal(outs["y"].Shape().Dimensions, []int{3}) || !slices.Equal(tensors.MustCopyFlatData[float32](outs["y"]), []float32{0, 0, 0}) {
+				t.Errorf("Run (0, 3) = %v, %v; want 3 zeros", outs, err)
+			}
+		}()
+	}
+	wg.Wait()
 }

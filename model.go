@@ -396,7 +396,7 @@ func (m *Model) run(ctx context.Context, inputs map[string]*ir.Tensor, strs map[
 			return nil, nil, nil, err
 		}
 		if strs == nil && !m.hot.stringOutput && !m.m.HasStructuredBoundary() && m.hasEmptyInput(shapes) {
-			outs, err := m.runEmpty(shapes, values) // empty.go: the same answer on every backend
+			outs, err := m.runEmpty(ctx, inputs, shapes, values) // empty.go
 			return outs, nil, nil, err
 		}
 		real = m.dimValues(shapes)

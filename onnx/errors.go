@@ -1,6 +1,7 @@
 package onnx
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -146,3 +147,34 @@ func (e *ModelError) Error() string { return "invalid ONNX model: " + e.Reason }
 
 // Is makes ModelError match errs.ErrInvalidInput.
 func (e *ModelError) Is(target error) bool { return target == errs.ErrInvalidInput }
+
+// ErrEmptySet is matched (errors.Is) by an EmptySetError: ONNX defines no
+// value for what the model computes at these shapes. It matches
+// errs.ErrInvalidInput too.
+var ErrEmptySet = errors.New("a value ONNX leaves undefined over an empty set")
+
+// EmptySetError says a node reduces over an empty set where ONNX defines no
+// result: ReduceMean (its specification: "reduction over an empty set of
+// values yields undefined"), ReduceLogSum and ReduceLogSumExp of an
+// integer type ("minus infinity (if supported by the datatype) or
+// undefined otherwise"), ArgMax and ArgMin ("the input tensor must not be
+// empty"). The reductions ONNX does define over an empty set (ReduceSum,
+// ReduceProd, ReduceMax...) give their identity instead. The builder wraps
+// it in a *NodeError naming the node.
+type EmptySetError struct {
+	Input string // the reduced value's name
+	Dims  []int  // its shape
+	Axes  []int  // the reduced axes, one or more of them of size 0
+	Rule  string // what the ONNX specification says of the op over an empty set
+}
+
+func (e *EmptySetError) Error() string {
+	return fmt.Sprintf("reduces %q of shape %v over axes %v, an empty set of values, for an output that is not empty; ONNX defines no value there (%s)",
+		e.Input, e.Dims, e.Axes, e.Rule)
+}
+
+// Is makes EmptySetError match ErrEmptySet and errs.ErrInvalidInput: the
+// request's shapes, not the model, are at fault.
+func (e *EmptySetError) Is(target error) bool {
+	return target == ErrEmptySet || target == errs.ErrInvalidInput
+}

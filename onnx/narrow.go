@@ -23,11 +23,19 @@ import (
 //     even; with saturate (the default) values beyond the largest finite
 //     value, infinities included, become it (signed); without, they become
 //     NaN, or infinity for E5M2, the one format that has infinities. NaN
-//     stays NaN. The FNUZ formats have no negative zero.
+//     stays NaN. The FNUZ formats have no negative zero and one NaN (0x80,
+//     the code of -0 elsewhere): a negative value that rounds to zero, -0
+//     included, becomes +0, and every NaN the one NaN (the carrier's
+//     positive quiet NaN, what onnxpb decodes 0x80 to). The other formats
+//     keep the sign of zero: -0 and negative values that round to zero
+//     give -0.
 //   - FLOAT4E2M1 (https://onnx.ai/onnx/technical/float4.html): round to
-//     nearest even, always saturating at ±6 (no infinity or NaN; NaN has
+//     nearest even, always saturating at ±6; ±0 as the FN formats. NaN has
 //     no encoding and becomes -0, as the reference implementation's
-//     ml_dtypes conversion gives).
+//     ml_dtypes conversion gives for a NaN without its sign bit (numpy's
+//     nan, the ONNX test data's); for one with the sign bit ml_dtypes gives
+//     +0, a sign the graph cannot read on the pure-Go backend (no bitcast),
+//     so both paths give -0 for every NaN.
 //   - FLOAT8E8M0 (Cast 24, https://onnx.ai/onnx/operators/onnx__Cast.html):
 //     a power of two 2^(e-127) from float32's biased exponent e, with
 //     round_mode "up" (default), "down" or "nearest"; 0xFF is NaN (NaN and
@@ -46,13 +54,14 @@ type minifloat struct {
 	max           float64
 	inf           bool // has infinities (E5M2): non-saturating overflow gives ±Inf
 	noNaN         bool // no NaN encoding (E2M1): NaN becomes -0, overflow always saturates
+	fnuz          bool // no negative zero, one NaN (the FNUZ formats): zeros are +0
 }
 
 var minifloats = map[ir.DType]minifloat{
 	ir.DType(dtF8E4M3FN):   {m: 3, emin: -6, emax: 8, max: 448},
-	ir.DType(dtF8E4M3FNUZ): {m: 3, emin: -7, emax: 7, max: 240},
+	ir.DType(dtF8E4M3FNUZ): {m: 3, emin: -7, emax: 7, max: 240, fnuz: true},
 	ir.DType(dtF8E5M2):     {m: 2, emin: -14, emax: 15, max: 57344, inf: true},
-	ir.DType(dtF8E5M2FNUZ): {m: 2, emin: -15, emax: 15, max: 57344},
+	ir.DType(dtF8E5M2FNUZ): {m: 2, emin: -15, emax: 15, max: 57344, fnuz: true},
 	ir.DType(dtF4E2M1):     {m: 1, emin: 0, emax: 2, max: 6, noNaN: true},
 }
 
@@ -150,8 +159,11 @@ func encodeFloat(v float64, dt ir.DType, saturate bool) float64 {
 	}
 	f := minifloats[dt]
 	if math.IsNaN(v) {
-		if f.noNaN {
+		switch {
+		case f.noNaN:
 			return math.Copysign(0, -1)
+		case f.fnuz:
+			return math.NaN()
 		}
 		return v
 	}
@@ -175,7 +187,7 @@ func encodeFloat(v float64, dt ir.DType, saturate bool) float64 {
 			return math.NaN()
 		}
 	}
-	if math.Signbit(v) {
+	if math.Signbit(v) && !(f.fnuz && r == 0) {
 		r = -r
 	}
 	return r
@@ -242,14 +254,35 @@ func roundToMinifloat(x *graph.Node, dt ir.DType, saturate bool) *graph.Node {
 	default:
 		r = graph.Where(over, c(math.NaN()), r)
 	}
-	neg := graph.LessThan(x64, c(0))
+	neg := signBit(x64)
 	r = graph.Where(neg, graph.Neg(r), r)
-	if f.noNaN {
-		r = graph.Where(graph.IsNaN(x64), c(0), r)
-	} else {
+	// Zeros from explicit constants: the pure-Go backend's Abs keeps -0's
+	// sign, so Neg above may have flipped a zero the wrong way. -0 is a
+	// Const of its own: graph.Scalar caches constants by value, where -0
+	// is 0.
+	negZero := graph.Const(g, math.Copysign(0, -1))
+	zeroSign := graph.Where(neg, negZero, c(0))
+	switch {
+	case f.noNaN:
+		r = graph.Where(graph.Equal(r, c(0)), zeroSign, r)
+		r = graph.Where(graph.IsNaN(x64), negZero, r)
+	case f.fnuz: // no -0, one NaN
+		r = graph.Where(graph.Equal(r, c(0)), c(0), r)
+		r = graph.Where(graph.LogicalOr(graph.IsNaN(x64), graph.IsNaN(r)), c(math.NaN()), r)
+	default:
+		r = graph.Where(graph.Equal(r, c(0)), zeroSign, r)
 		r = graph.Where(graph.IsNaN(x64), x64, r)
 	}
 	return graph.ConvertDType(r, ir.Float32)
+}
+
+// signBit is x's sign bit for every x but NaN (false there): x < 0, or x
+// is -0 (1/-0 is -Inf). Comparisons alone see -0 as 0, and the pure-Go
+// backend has no bitcast to read the bit.
+func signBit(x *graph.Node) *graph.Node {
+	zero := graph.ScalarZero(x.Graph(), x.DType())
+	negZero := graph.LogicalAnd(graph.Equal(x, zero), graph.LessThan(graph.Reciprocal(x), zero))
+	return graph.LogicalOr(graph.LessThan(x, zero), negZero)
 }
 
 // roundToE8M0 is encodeE8M0 in the graph, in Float64: the biased exponent

@@ -348,7 +348,7 @@ func convEinsum(c *opCtx) error {
 				labels = append(labels, l)
 			}
 		}
-		acc = einsumOperand{x: graph.DotGeneral(acc.x, accCon, accBatch, b.x, bCon, bBatch), labels: labels}
+		acc = einsumOperand{x: dotGeneral(acc.x, accCon, accBatch, b.x, bCon, bBatch), labels: labels}
 	}
 	acc = acc.sumExcept(func(l int) bool { return inOutput[l] })
 	perm := make([]int, len(spec.output))

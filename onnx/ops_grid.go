@@ -102,7 +102,7 @@ func convAffineGrid(c *opCtx) error {
 	dt := theta.DType()
 	b := constNode(c.g, newHostFloats(ir.Float64, []int{p, spatial + 1}, base))
 	t64 := graph.ConvertDType(theta, ir.Float64)
-	grid := graph.DotGeneral(t64, []int{2}, nil, b, []int{1}, nil) // [N, spatial, P]
+	grid := dotGeneral(t64, []int{2}, nil, b, []int{1}, nil) // [N, spatial, P]
 	grid = graph.TransposeAllDims(grid, 0, 2, 1)
 	out := append(append([]int{size[0]}, sp...), spatial)
 	c.set(0, graph.ConvertDType(graph.Reshape(grid, out...), dt))

@@ -48,7 +48,7 @@ func matMul(a, b *graph.Node) *graph.Node {
 	for k := range batchAxes {
 		batchAxes[k] = k
 	}
-	y := graph.DotGeneral(a, []int{nb + 1}, batchAxes, b, []int{nb}, batchAxes)
+	y := dotGeneral(a, []int{nb + 1}, batchAxes, b, []int{nb}, batchAxes)
 	outDims := append([]int{}, batch...)
 	if ar > 1 {
 		outDims = append(outDims, ad[len(ad)-2])
@@ -89,7 +89,7 @@ func matMulUnbatched(a, b *graph.Node, ar, br int) *graph.Node {
 		if len(bBatch) > 0 {
 			b2 = graph.Reshape(b, bd[len(bd)-2:]...)
 		}
-		y = graph.DotGeneral(a, []int{len(ad) - 1}, nil, b2, []int{0}, nil)
+		y = dotGeneral(a, []int{len(ad) - 1}, nil, b2, []int{0}, nil)
 		batch = aBatch
 	case len(bBatch) > 0 && ones(aBatch) && !ones(bBatch) && len(aBatch) <= len(bBatch):
 		// [m, k] x [..., k, n] -> [m, ..., n], then m moved behind the batch axes.
@@ -98,7 +98,7 @@ func matMulUnbatched(a, b *graph.Node, ar, br int) *graph.Node {
 			a2 = graph.Reshape(a, ad[len(ad)-2:]...)
 		}
 		nb := len(bBatch)
-		y = graph.DotGeneral(a2, []int{1}, nil, b, []int{nb}, nil)
+		y = dotGeneral(a2, []int{1}, nil, b, []int{nb}, nil)
 		perm := make([]int, 0, nb+2)
 		for k := 1; k <= nb; k++ {
 			perm = append(perm, k)
@@ -136,7 +136,7 @@ func convGemm(c *opCtx) error {
 	if c.attrInt("transB", 0) != 0 {
 		b = graph.TransposeAllAxes(b, 1, 0)
 	}
-	y := graph.DotGeneral(a, []int{1}, nil, b, []int{0}, nil)
+	y := dotGeneral(a, []int{1}, nil, b, []int{0}, nil)
 	if alpha := c.attrFloat("alpha", 1); alpha != 1 {
 		y = graph.Mul(y, scalarLikeB(y, alpha))
 	}
@@ -186,6 +186,10 @@ func convCumSum(c *opCtx) error {
 		c.fail("axis must have one element")
 	}
 	axis := c.normAxis(ax[0], x.Rank())
+	if hasZeroDim(x) { // nothing to sum, and GoMLX's ReduceWindow refuses an empty window
+		c.set(0, x)
+		return nil
+	}
 	rev := c.attrInt("reverse", 0) != 0
 	if rev {
 		x = reverseAxis(x, axis)
@@ -264,6 +268,10 @@ func convDet(c *opCtx) error {
 		c.fail("determinants of %dx%d matrices are not supported (at most 5x5)", m, m)
 	}
 	batch := d[:r-2]
+	if m == 0 { // the determinant of a 0x0 matrix is the empty product, 1
+		c.set(0, filled(x.Graph(), x.DType(), batch, 1))
+		return nil
+	}
 	elem := make([][]*graph.Node, m)
 	for i := range m {
 		elem[i] = make([]*graph.Node, m)

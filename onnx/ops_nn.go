@@ -152,6 +152,10 @@ func softmaxConv(op string, singleAxis bool) converterFunc {
 	return func(c *opCtx) error {
 		x := c.in(0)
 		dims := x.Shape().Dimensions
+		if hasZeroDim(x) { // an empty result, which GoMLX's broadcasting would not give (zerosize.go)
+			c.set(0, x)
+			return nil
+		}
 		var y *graph.Node
 		if singleAxis {
 			axis := c.normAxis(c.attrInt("axis", -1), x.Rank())
@@ -528,6 +532,11 @@ func convGlobalPool(kind string) converterFunc {
 			axes = append(axes, a)
 		}
 		kd := keptDims(x.Shape().Dimensions, axes)
+		if kind == "avg" { // ReduceMean over the spatial axes, undefined when they are empty
+			if err := emptySetUndefined(c, "GlobalAveragePool", c.dtype(0), x.Shape().Dimensions, axes); err != nil {
+				return err
+			}
+		}
 		var y *graph.Node
 		switch kind {
 		case "max":
@@ -716,6 +725,10 @@ func convLRN(c *opCtx) error {
 	size := int(c.attrInt("size", 0))
 	if size <= 0 {
 		c.fail("size must be positive")
+	}
+	if hasZeroDim(x) { // an empty result, where ReduceWindow refuses an empty axis (zerosize.go)
+		c.set(0, x)
+		return nil
 	}
 	alpha, beta, bias := c.attrFloat("alpha", 1e-4), c.attrFloat("beta", 0.75), c.attrFloat("bias", 1)
 	r := x.Rank()

@@ -40,7 +40,7 @@ func init() {
 		if r.name == "ReduceSum" {
 			inputSince = 13
 		}
-		conv := reduceConv(r.fn)
+		conv := reduceConv(r.name, r.fn)
 		d1 := register(r.name, 1, conv)
 		d2 := register(r.name, inputSince, conv).needs(1)
 		registerPadRule(r.name, padReduce)
@@ -82,13 +82,16 @@ func keptDims(dims, axes []int) []int {
 	return out
 }
 
-func reduceConv(fn func(x *graph.Node, axes []int) *graph.Node) converterFunc {
+func reduceConv(op string, fn func(x *graph.Node, axes []int) *graph.Node) converterFunc {
 	return func(c *opCtx) error {
 		x := c.in(0)
 		axes := reduceAxes(c, x.Rank())
 		if axes == nil {
 			c.set(0, x)
 			return nil
+		}
+		if err := emptySetUndefined(c, op, c.dtype(0), x.Shape().Dimensions, axes); err != nil {
+			return err
 		}
 		y := fn(x, axes)
 		if c.attrInt("keepdims", 1) != 0 {
@@ -97,6 +100,41 @@ func reduceConv(fn func(x *graph.Node, axes []int) *graph.Node) converterFunc {
 		c.set(0, y)
 		return nil
 	}
+}
+
+// emptySetUndefined refuses, with an *EmptySetError, a reduction of op
+// over axes of dims that has values to give (the kept dimensions hold
+// elements) from an empty set (a reduced axis of size 0) where the ONNX
+// specification defines none: ReduceMean (and GlobalAveragePool, its
+// mean over the spatial axes), the log-sums of integers, ArgMax and
+// ArgMin. Every other reduction has an identity there (GlobalMaxPool and
+// GlobalLpPool those of ReduceMax and the L-p norms: -inf, 0).
+func emptySetUndefined(c *opCtx, op string, dt ir.DType, dims, axes []int) error {
+	empty, kept := false, 1
+	for k, d := range dims {
+		if containsInt(axes, k) {
+			empty = empty || d == 0
+		} else {
+			kept *= d
+		}
+	}
+	if !empty || kept == 0 {
+		return nil
+	}
+	var rule string
+	switch {
+	case op == "ReduceMean":
+		rule = "ReduceMean: \"reduction over an empty set of values yields undefined\""
+	case op == "GlobalAveragePool":
+		rule = "GlobalAveragePool is ReduceMean over the spatial axes, of which ONNX says \"reduction over an empty set of values yields undefined\""
+	case (op == "ReduceLogSum" || op == "ReduceLogSumExp") && !isFloatDT(dt):
+		rule = op + " of " + dt.String() + ": \"minus infinity (if supported by the datatype) or undefined otherwise\""
+	case op == "ArgMax" || op == "ArgMin":
+		rule = op + ": \"the input tensor must not be empty\""
+	default:
+		return nil
+	}
+	return &EmptySetError{Input: c.input(0).name, Dims: append([]int{}, dims...), Axes: append([]int{}, axes...), Rule: rule}
 }
 
 func reduceMean(x *graph.Node, axes []int) *graph.Node {
@@ -203,6 +241,17 @@ func hostReduce(fn func(a, b float64) float64, init float64) converterFunc {
 			}
 			out[j] = fn(out[j], f[flat])
 		})
+		// An empty set leaves the identity, ±Inf for max and min: an
+		// integer's is its dtype's extreme, a bool's false or true.
+		lo, hi, isIntDT := resizeIntRange(x.dt)
+		if x.dt == ir.Bool {
+			lo, hi, isIntDT = 0, 1, true
+		}
+		if isIntDT {
+			for k := range out {
+				out[k] = min(max(out[k], lo), hi)
+			}
+		}
 		if c.attrInt("keepdims", 1) == 0 {
 			var d []int
 			for a, v := range x.dims {
@@ -231,6 +280,13 @@ func convArgMinMax(isMax bool) converterFunc {
 	return func(c *opCtx) error {
 		x := c.in(0)
 		axis := c.normAxis(c.attrInt("axis", 0), x.Rank())
+		op := "ArgMin"
+		if isMax {
+			op = "ArgMax"
+		}
+		if err := emptySetUndefined(c, op, c.dtype(0), x.Shape().Dimensions, []int{axis}); err != nil {
+			return err
+		}
 		last := c.attrInt("select_last_index", 0) != 0
 		n := x.Shape().Dimensions[axis]
 		if last {

@@ -386,7 +386,7 @@ func rnnVecTo(v *graph.Node, dims []int) *graph.Node {
 
 // rnnTimesT is a·bᵀ for matrices a [m, k] and b [n, k].
 func rnnTimesT(a, b *graph.Node) *graph.Node {
-	return graph.DotGeneral(a, []int{1}, nil, b, []int{1}, nil)
+	return dotGeneral(a, []int{1}, nil, b, []int{1}, nil)
 }
 
 // run unrolls the recurrence over x [seq, batch, input] from h0 (and c0 for

@@ -79,7 +79,7 @@ func dftLast(g *graph.Graph, kind dftKind, xr, xi *graph.Node, n, k int) (yr, yi
 	C := constNode(g, newHostFloats(ir.Float64, []int{rows, k}, cm))
 	S := constNode(g, newHostFloats(ir.Float64, []int{rows, k}, sm))
 	r := len(dims) - 1
-	dot := func(x, m *graph.Node) *graph.Node { return graph.DotGeneral(x, []int{r}, nil, m, []int{0}, nil) }
+	dot := func(x, m *graph.Node) *graph.Node { return dotGeneral(x, []int{r}, nil, m, []int{0}, nil) }
 	switch kind {
 	case dftForward: // e^{-iθ}
 		yr, yi = dot(xr, C), graph.Neg(dot(xr, S))

@@ -186,7 +186,7 @@ func attentionConv(v int) converterFunc {
 		s := math.Sqrt(scale)
 		qs := graph.Mul(q, scalarOf(g, dt, s))
 		ks := graph.Mul(k, scalarOf(g, dt, s))
-		qk := graph.DotGeneral(qs, []int{3}, []int{0, 1}, ks, []int{3}, []int{0, 1}) // (batch, heads, sq, skv)
+		qk := dotGeneral(qs, []int{3}, []int{0, 1}, ks, []int{3}, []int{0, 1}) // (batch, heads, sq, skv)
 		if sc := c.attrFloat("softcap", 0); sc > 0 {
 			qk = graph.Mul(graph.Tanh(graph.Div(qk, scalarOf(g, dt, sc))), scalarOf(g, dt, sc))
 		}
@@ -210,7 +210,7 @@ func attentionConv(v int) converterFunc {
 		if probs.DType() != dt {
 			probs = graph.ConvertDType(probs, dt)
 		}
-		y := graph.DotGeneral(probs, []int{3}, []int{0, 1}, val, []int{2}, []int{0, 1}) // (batch, heads, sq, hv)
+		y := dotGeneral(probs, []int{3}, []int{0, 1}, val, []int{2}, []int{0, 1}) // (batch, heads, sq, hv)
 		if rank == 3 {
 			y = graph.TransposeAllAxes(y, 0, 2, 1, 3)
 			yd := y.Shape().Dimensions

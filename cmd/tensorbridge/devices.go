@@ -52,6 +52,27 @@ type devicesOutput struct {
 	// Cluster is the multi-process job's bootstrap, every value with its
 	// source, when one of more than one process is configured.
 	Cluster *cluster.Config `json:"cluster,omitempty"`
+	// Plugins replaces the report's list: each file with the backend that
+	// loads it, as `plugins list --json` gives them.
+	Plugins []devicePlugin `json:"plugins"`
+}
+
+// devicePlugin is a PJRT plugin file found on the search path (not
+// loaded). Name is the plugin's own name ("cpu" for
+// pjrt_c_api_cpu_plugin.so); Backend is the --backend that loads it
+// ("xla-cpu"), the name every command shows; "" when no backend does.
+type devicePlugin struct {
+	discover.PluginFile
+	Backend string `json:"backend,omitempty"`
+}
+
+// devicePlugins names each plugin file by its backend (see devicePlugin).
+func devicePlugins(files []discover.PluginFile) []devicePlugin {
+	out := make([]devicePlugin, len(files))
+	for i, f := range files {
+		out[i] = devicePlugin{PluginFile: f, Backend: backendOf(f.Name)}
+	}
+	return out
 }
 
 type backendDevices struct {
@@ -85,7 +106,7 @@ func runDevices(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	out := devicesOutput{Report: rep}
+	out := devicesOutput{Report: rep, Plugins: devicePlugins(rep.Plugins)}
 	enrichFromCatalog(rep.Devices)
 	for _, d := range rep.Devices {
 		if d.Platform != device.CPU {
@@ -253,10 +274,14 @@ func printDevices(w io.Writer, out *devicesOutput) {
 	for _, p := range rep.Problems {
 		fmt.Fprintf(w, "host %s\n", p)
 	}
-	if len(rep.Plugins) > 0 {
-		fmt.Fprintln(w, "PJRT plugins on the search path (not loaded):")
-		for _, p := range rep.Plugins {
-			fmt.Fprintf(w, "  %-8s %s (%s)\n", p.Name, p.Path, p.Source)
+	if len(out.Plugins) > 0 {
+		fmt.Fprintln(w, "PJRT plugins on the search path (not loaded), by the backend that loads them:")
+		for _, p := range out.Plugins {
+			if p.Backend == "" {
+				fmt.Fprintf(w, "  %-8s %s (%s; no backend loads a %q plugin)\n", "-", p.Path, p.Source, p.Name)
+				continue
+			}
+			fmt.Fprintf(w, "  %-8s %s (%s)\n", p.Backend, p.Path, p.Source)
 		}
 	}
 	if out.Cluster != nil {

@@ -388,7 +388,7 @@ func runCaseNow(ctx context.Context, dir string, b *tensorbridge.Backend, o *Opt
 			}
 			inputs[spec.Name] = t
 		}
-		outs, souts, err := m.RunStrings(ctx, inputs, strs)
+		outs, souts, err := run(ctx, m, inputs, strs)
 		if err != nil {
 			return errorResult("run", err)
 		}
@@ -417,6 +417,21 @@ func runCaseNow(ctx context.Context, dir string, b *tensorbridge.Backend, o *Opt
 		}
 	}
 	return CaseResult{Status: Pass}
+}
+
+// run runs one data set as `tensorbridge run` does: Model.Run for a model
+// without STRING values, RunStrings only for one with them. (RunStrings
+// given an empty map of STRING inputs takes another path through Model.run
+// than Run: it skipped the empty-input rule that Run applies, so the
+// suite passed cases that Run refused.)
+func run(ctx context.Context, m *tensorbridge.Model, inputs map[string]*ir.Tensor, strs map[string]*onnx.StringTensor) (map[string]*ir.Tensor, map[string]*onnx.StringTensor, error) {
+	for _, s := range append(m.Inputs(), m.Outputs()...) {
+		if s.DType == onnx.String {
+			return m.RunStrings(ctx, inputs, strs)
+		}
+	}
+	outs, err := m.Run(ctx, inputs)
+	return outs, nil, err
 }
 
 func readTensor(path string) (*ir.Tensor, error) {
