@@ -2,7 +2,9 @@ package ir
 
 import (
 	"fmt"
+	"log/slog"
 	"reflect"
+	"sync"
 	"unsafe"
 
 	"github.com/gomlx/gomlx/backends"
@@ -23,10 +25,10 @@ type Donator interface {
 	SetDonated(donated map[int]int) error
 }
 
-// builderField is the offset of GoMLX v0.26.0's Graph.builder, the backend
-// builder of a graph being built, or ok false when the field is not there
-// as expected (a GoMLX upgrade: SetDonation then fails with an error, and
-// TestDonatedRunsMatchExactArithmetic fails to compile on xla-cpu).
+// builderOffset is the offset of GoMLX v0.26.0's Graph.builder, the
+// backend builder of a graph being built, and builderOK false when the
+// field is not there as expected (a GoMLX upgrade moved it). GoMLX offers
+// no exported way to reach the builder.
 var builderOffset, builderOK = func() (uintptr, bool) {
 	f, found := reflect.TypeFor[Graph]().FieldByName("builder")
 	if !found || f.Type != reflect.TypeFor[backends.Builder]() {
@@ -35,19 +37,46 @@ var builderOffset, builderOK = func() (uintptr, bool) {
 	return f.Offset, true
 }()
 
+// builderReachable is builderOK, or false where a test simulates a GoMLX
+// whose Graph lost the field (export_test.go).
+var builderReachable = builderOK
+
+// warn logs a warning; tests replace it to see what is logged.
+var warn = func(msg string, args ...any) { slog.Default().Warn(msg, args...) }
+
+// donationOff warns, once per process, that donation is switched off.
+var donationOff sync.Once
+
 // SetDonation tells g's backend builder, before g is compiled, which
 // parameters are donated to which outputs (positions among the outputs
 // given to Compile). It does nothing on backends that need no notice
-// (no Donator). g must be building (at least one parameter created).
+// (no Donator): they reuse a donated buffer at run time.
+//
+// If the builder cannot be reached (GoMLX's Graph changed: see
+// builderOffset), donation is switched off rather than every compile
+// failing: SetDonation logs a warning once (slog) and returns nil, the
+// program is compiled without input/output aliasing, and its runs stay
+// correct: each writes its outputs into new buffers, and a donated input
+// is still consumed (freed after the run), so callers see the same
+// contract at the cost of a copy. g must be building (at least one
+// parameter created).
 func SetDonation(g *Graph, donated map[int]int) error {
 	if len(donated) == 0 {
 		return nil
 	}
-	if !builderOK {
-		return fmt.Errorf("ir: cannot reach the graph's builder (GoMLX's Graph changed): donation unavailable")
-	}
 	if g == nil || !g.IsBuilding() {
 		return fmt.Errorf("ir: donation must be set on a graph being built")
+	}
+	if !builderReachable {
+		// A fresh builder of the same engine says whether its programs
+		// need the notice at all.
+		if _, needs := g.Backend().Builder(g.Name()).(Donator); needs {
+			donationOff.Do(func() {
+				warn("ir: donation switched off: GoMLX's Graph no longer has the builder field tensorbridge reaches (a GoMLX upgrade?); donated inputs are copied, not updated in place, which costs memory and time but not correctness",
+					"backend", g.Backend().Name(), "program", g.Name())
+			})
+		}
+		return nil
 	}
 	b := *(*backends.Builder)(unsafe.Add(unsafe.Pointer(g), builderOffset))
 	if d, ok := b.(Donator); ok {

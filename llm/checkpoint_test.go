@@ -263,7 +263,9 @@ func TestWeightsMustFit(t *testing.T) {
 }
 
 // TestRequestErrors: requests the engine cannot run are refused with a
-// typed error, and the wait queue is bounded (ErrQueueFull).
+// typed error, and the wait queue is bounded (ErrQueueFull). (Fault
+// injected: Generate's stop-strings check removed; the request without a
+// detokenizer is accepted and its stop strings would be ignored.)
 func TestRequestErrors(t *testing.T) {
 	ctx := context.Background()
 	b, err := tensorbridge.Open(ctx, "cpu")
@@ -285,17 +287,24 @@ func TestRequestErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		r    Request
+		is   error // a sentinel the error also matches
 	}{
-		{"empty prompt", Request{}},
-		{"prompt fills the context", Request{Prompt: long}},
-		{"negative max tokens", Request{Prompt: []int{1}, MaxTokens: -1}},
-		{"max tokens beyond the context", Request{Prompt: []int{1, 2}, MaxTokens: 63}},
-		{"id outside the vocabulary", Request{Prompt: []int{32}}},
-		{"stop id outside the vocabulary", Request{Prompt: []int{3}, StopIDs: []int{-1}}},
+		{"empty prompt", Request{}, nil},
+		{"prompt fills the context", Request{Prompt: long}, nil},
+		{"negative max tokens", Request{Prompt: []int{1}, MaxTokens: -1}, nil},
+		{"max tokens beyond the context", Request{Prompt: []int{1, 2}, MaxTokens: 63}, nil},
+		{"id outside the vocabulary", Request{Prompt: []int{32}}, nil},
+		{"stop id outside the vocabulary", Request{Prompt: []int{3}, StopIDs: []int{-1}}, nil},
+		// This engine has no NewDetokenizer: stop strings would never match.
+		{"stop strings without a detokenizer", Request{Prompt: []int{3}, StopStrings: []string{"\n"}}, ErrNoDetokenizer},
 	} {
 		var re *RequestError
-		if _, err := e.Generate(ctx, tc.r); !errors.As(err, &re) {
-			t.Errorf("%s: got %v, want a *RequestError", tc.name, err)
+		_, err := e.Generate(ctx, tc.r)
+		if !errors.As(err, &re) || !errors.Is(err, errs.ErrInvalidInput) {
+			t.Errorf("%s: got %v, want a *RequestError (ErrInvalidInput)", tc.name, err)
+		}
+		if tc.is != nil && !errors.Is(err, tc.is) {
+			t.Errorf("%s: got %v, want one matching %v", tc.name, err, tc.is)
 		}
 	}
 	accepted, full := 0, 0

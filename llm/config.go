@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/tensorbridge/tensorbridge/errs"
 )
 
 // Config is what the decoder needs from a checkpoint's config.json, checked.
@@ -71,6 +74,47 @@ func (e *UnsupportedError) Error() string {
 	return s
 }
 
+// ConfigError says a config.json value is out of range: the file, the
+// key, its value and what was expected. It matches errs.ErrInvalidInput.
+type ConfigError struct {
+	File     string // the config.json read
+	Field    string // "hidden_size", ...
+	Value    string
+	Expected string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("%s: %s = %s: expected %s", e.File, e.Field, e.Value, e.Expected)
+}
+
+// Is makes a ConfigError match errs.ErrInvalidInput.
+func (e *ConfigError) Is(target error) bool { return target == errs.ErrInvalidInput }
+
+// maxConfigSize bounds each size in config.json (vocabulary, hidden and
+// intermediate sizes, layers, heads, positions): 2^24, far above any
+// released model's (a larger value is most likely a corrupt file), and
+// small enough that the product of two sizes cannot overflow.
+const maxConfigSize = 1 << 24
+
+// checkpointDir checks that dir is an existing directory, so that a
+// mistyped path is reported as the directory, not as the first file read
+// in it. The error is an *fs.PathError (errors.Is fs.ErrNotExist when
+// there is nothing there).
+func checkpointDir(dir string) error {
+	st, err := os.Stat(dir)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return &fs.PathError{Op: "checkpoint directory", Path: dir, Err: err}
+	}
+	if !st.IsDir() {
+		return &fs.PathError{Op: "checkpoint directory", Path: dir, Err: errors.New("not a directory")}
+	}
+	return nil
+}
+
 // supportedArchitectures maps config.json's "architectures" entry to the
 // features it may use.
 var supportedArchitectures = map[string]bool{
@@ -108,6 +152,9 @@ var harmlessKeys = map[string]bool{
 
 // LoadConfig reads and checks dir/config.json and dir/generation_config.json.
 func LoadConfig(dir string) (*Config, error) {
+	if err := checkpointDir(dir); err != nil {
+		return nil, err
+	}
 	path := filepath.Join(dir, "config.json")
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -260,8 +307,12 @@ func parseConfigOpts(path string, raw []byte, gen *GenerationConfig, o ParseOpti
 		if o.ShapesOnly && f.name == "max_position_embeddings" && f.v == 0 {
 			continue // planning takes the context from its options
 		}
-		if f.v <= 0 || f.v > 1<<24 {
-			return nil, fmt.Errorf("%s: %s = %d, want a positive size", path, f.name, f.v)
+		switch {
+		case f.v <= 0:
+			return nil, &ConfigError{File: path, Field: f.name, Value: fmt.Sprint(f.v), Expected: "a positive size"}
+		case f.v > maxConfigSize:
+			return nil, &ConfigError{File: path, Field: f.name, Value: fmt.Sprint(f.v),
+				Expected: fmt.Sprintf("at most %d (2^24): the limit this implementation sets on every size in config.json", maxConfigSize)}
 		}
 	}
 	if c.RMSEps <= 0 && !o.ShapesOnly {

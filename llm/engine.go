@@ -12,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 
 	"github.com/tensorbridge/tensorbridge"
+	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/ir"
 )
 
@@ -34,7 +35,8 @@ type Request struct {
 	StopIDs   []int
 	IgnoreEOS bool
 	// StopStrings end the sequence when the detokenized text contains one;
-	// the text is cut before it. They need EngineOptions.NewDetokenizer.
+	// the text is cut before it. They need EngineOptions.NewDetokenizer:
+	// without one, Generate refuses them (ErrNoDetokenizer).
 	StopStrings []string
 }
 
@@ -62,11 +64,27 @@ var ErrQueueFull = errors.New("llm: the request queue is full")
 // ErrEngineClosed is returned by Generate after Close.
 var ErrEngineClosed = errors.New("llm: the engine is closed")
 
+// ErrNoDetokenizer is wrapped by the *RequestError of a request with stop
+// strings on an engine without EngineOptions.NewDetokenizer: stop strings
+// are matched on the text, which such an engine never makes.
+var ErrNoDetokenizer = errors.New("llm: stop strings need a detokenizer (EngineOptions.NewDetokenizer), and the engine has none")
+
 // RequestError says a request cannot be run (its prompt or max_tokens
-// against the model's context).
-type RequestError struct{ Problem string }
+// against the model's context, its ids against the vocabulary, stop
+// strings without a detokenizer). It matches errs.ErrInvalidInput, and
+// the sentinel in Err when there is one.
+type RequestError struct {
+	Problem string
+	Err     error // a sentinel such as ErrNoDetokenizer, or nil
+}
 
 func (e *RequestError) Error() string { return "llm: " + e.Problem }
+
+// Unwrap returns the sentinel, if any.
+func (e *RequestError) Unwrap() error { return e.Err }
+
+// Is makes a RequestError match errs.ErrInvalidInput.
+func (e *RequestError) Is(target error) bool { return target == errs.ErrInvalidInput }
 
 // EngineOptions size an Engine.
 type EngineOptions struct {
@@ -111,6 +129,7 @@ type Engine struct {
 	cBuckets   []int // context buckets
 	compiles   atomic.Int64
 	stats      stepStats
+	streamCap  int       // tokens a stream's channel holds (stream.go)
 	scatter    bool      // cache writes by ScatterUpdate (cpu backend)
 	tp         *engineTP // the other devices' cache shares with a mesh (mesh.go)
 	// cacheLost is set by a failed run that consumed the caches (see
@@ -127,7 +146,7 @@ type Engine struct {
 type seq struct {
 	ctx     context.Context
 	req     Request
-	out     chan Token
+	out     *stream
 	slot    int
 	pos     int // position of the next token to feed
 	last    int // the token to feed next
@@ -175,7 +194,7 @@ func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err e
 	if o.MinDecodeContext <= 0 {
 		o.MinDecodeContext = 128
 	}
-	en := &Engine{m: m, opts: o, slots: slots, prefill: map[int]*tensorbridge.Executable{}, decode: map[decodeKey]*tensorbridge.Executable{},
+	en := &Engine{m: m, opts: o, slots: slots, streamCap: streamCap, prefill: map[int]*tensorbridge.Executable{}, decode: map[decodeKey]*tensorbridge.Executable{},
 		queue: make(chan *seq, o.MaxQueue), closing: make(chan struct{}), done: make(chan struct{})}
 	en.cacheShape = ir.MakeShape(m.dtype, slots+1, m.maxContext, c.Layers, c.KVHeads, c.HeadDim)
 	// An engine without DynamicUpdateSlice (GoMLX's simplego, under
@@ -312,7 +331,9 @@ func (e *Engine) Ready() bool {
 
 // Generate queues a request and returns its token stream, which ends
 // with an event whose Finish is set, then is closed. Cancelling ctx ends
-// the sequence and frees its slot at the next step.
+// the sequence and frees its slot at the next step. The engine never
+// waits for a slow reader (stream.go): read the stream to its end or
+// cancel ctx, else its undelivered tokens stay in memory.
 func (e *Engine) Generate(ctx context.Context, r Request) (<-chan Token, error) {
 	if len(r.Prompt) == 0 {
 		return nil, &RequestError{Problem: "empty prompt"}
@@ -328,6 +349,9 @@ func (e *Engine) Generate(ctx context.Context, r Request) (<-chan Token, error) 
 			return nil, &RequestError{Problem: fmt.Sprintf("token id %d outside the vocabulary (%d)", id, e.m.Config.Vocab)}
 		}
 	}
+	if len(r.StopStrings) > 0 && e.opts.NewDetokenizer == nil {
+		return nil, &RequestError{Problem: fmt.Sprintf("%d stop string(s) given, but the engine has no detokenizer (EngineOptions.NewDetokenizer) to match them on the text", len(r.StopStrings)), Err: ErrNoDetokenizer}
+	}
 	room := e.m.maxContext - len(r.Prompt)
 	if r.MaxTokens > room {
 		return nil, &RequestError{Problem: fmt.Sprintf("max_tokens %d exceeds the %d tokens the context leaves after a %d-token prompt", r.MaxTokens, room, len(r.Prompt))}
@@ -336,7 +360,7 @@ func (e *Engine) Generate(ctx context.Context, r Request) (<-chan Token, error) 
 	if max == 0 {
 		max = room
 	}
-	s := &seq{ctx: ctx, req: r, out: make(chan Token, max+2), max: max}
+	s := &seq{ctx: ctx, req: r, out: newStream(ctx, min(max, e.streamCap)), max: max}
 	s.stopAll = slices.Clone(r.StopIDs)
 	if !r.IgnoreEOS {
 		s.stopAll = append(s.stopAll, e.m.Config.EOS...)
@@ -351,7 +375,7 @@ func (e *Engine) Generate(ctx context.Context, r Request) (<-chan Token, error) 
 	}
 	select {
 	case e.queue <- s:
-		return s.out, nil
+		return s.out.ch, nil
 	default:
 		return nil, ErrQueueFull
 	}
@@ -400,8 +424,7 @@ func (e *Engine) loop() {
 			text = s.text.String() + s.detok.Flush()
 			text = cutStop(text, s.req.StopStrings)
 		}
-		s.out <- Token{ID: -1, Text: text, Finish: why, Err: err}
-		close(s.out)
+		s.out.end(Token{ID: -1, Text: text, Finish: why, Err: err})
 		free = append(free, s.slot)
 	}
 	for {
@@ -425,8 +448,7 @@ func (e *Engine) loop() {
 				break
 			}
 			if s.ctx.Err() != nil {
-				s.out <- Token{ID: -1, Finish: "cancelled", Err: s.ctx.Err()}
-				close(s.out)
+				s.out.end(Token{ID: -1, Finish: "cancelled", Err: s.ctx.Err()})
 				continue
 			}
 			s.slot, free = free[len(free)-1], free[:len(free)-1]
@@ -498,14 +520,12 @@ func (e *Engine) loop() {
 // drain ends every running and queued sequence on Close.
 func (e *Engine) drain(active []*seq) {
 	for _, s := range active {
-		s.out <- Token{ID: -1, Finish: "cancelled", Err: ErrEngineClosed}
-		close(s.out)
+		s.out.end(Token{ID: -1, Finish: "cancelled", Err: ErrEngineClosed})
 	}
 	for {
 		select {
 		case s := <-e.queue:
-			s.out <- Token{ID: -1, Finish: "cancelled", Err: ErrEngineClosed}
-			close(s.out)
+			s.out.end(Token{ID: -1, Finish: "cancelled", Err: ErrEngineClosed})
 		default:
 			return
 		}
@@ -525,7 +545,7 @@ func (e *Engine) emit(s *seq, id int, lp float32) string {
 		if cut := cutStop(full, s.req.StopStrings); len(cut) < len(full) {
 			t.Text = cut
 			s.text.Reset()
-			s.out <- t
+			s.out.send(t)
 			s.detok = nil // nothing more to flush
 			return "stop"
 		}
@@ -534,7 +554,7 @@ func (e *Engine) emit(s *seq, id int, lp float32) string {
 		s.text.Reset()
 		s.text.WriteString(full[len(full)-keep:])
 	}
-	s.out <- t
+	s.out.send(t)
 	switch {
 	case stop:
 		return "stop"
@@ -593,11 +613,12 @@ func (e *Engine) decodeBucket(n int) int {
 
 // contextBucket is the smallest context bucket above position pos (the
 // last when none is: emit ends a sequence before its position reaches the
-// context length). Strictly above: on XLA a row writes its key at pos and
-// then reads positions [0, bucket). Injected fault: `c >= pos` makes the
-// rows at a bucket's edge miss their own key, and TestAgainstTransformers
-// and TestContinuousBatching fail on xla-cpu (the cpu path concatenates
-// the new key and passes either way).
+// context length). Strictly above: a row writes its key at pos and then
+// reads positions [0, bucket). Injected fault: `c >= pos` makes the rows
+// at a bucket's edge miss their own key, and TestAgainstTransformers and
+// TestContinuousBatching fail on xla-cpu and on cpu, whose engine takes
+// the same in-place path (only an engine without DynamicUpdateSlice, such
+// as cpu:engine=simplego, concatenates the new key and passes either way).
 func (e *Engine) contextBucket(pos int) int {
 	for _, c := range e.cBuckets {
 		if c > pos {

@@ -1,53 +1,32 @@
 package llm
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/tensorbridge/tensorbridge/safetensors"
 )
 
-// Safetensors reading.
-//
-// The format (https://huggingface.co/docs/safetensors/index#format): an
-// 8-byte little-endian header length N, N bytes of JSON mapping each tensor
-// name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets relative
-// to the byte after the header) plus an optional "__metadata__" map of
-// strings, then the data. Every figure in the header is checked against the
-// file's real size before anything is allocated from it.
+// Safetensors reading: package safetensors checks each file's header
+// (bounds, overlaps and holes, dtypes, the header size limit) with the
+// rules every reader in the module shares; this file maps the files and
+// holds the loader's dtype policy.
 
-// maxHeaderBytes bounds the JSON header beside the file size: the format's
-// own reference implementation refuses headers over 100 MB.
-const maxHeaderBytes = 100 << 20
-
-// stDType is a safetensors element type this package reads.
-type stDType string
-
-const (
-	stF32  stDType = "F32"
-	stF16  stDType = "F16"
-	stBF16 stDType = "BF16"
-)
-
-// size returns the bytes per element, or 0 for a dtype not read here.
-func (d stDType) size() int {
-	switch d {
-	case stF32:
-		return 4
-	case stF16, stBF16:
-		return 2
-	}
-	return 0
-}
+// weightDTypes are the safetensors dtypes the weight loader converts to
+// the compute dtype (convert). A checkpoint may hold tensors of other
+// dtypes (integer buffers such as position ids); only a tensor the decoder
+// reads in another dtype is refused, by checkTensors, with a
+// *WeightDTypeError.
+var weightDTypes = []safetensors.DType{safetensors.F32, safetensors.F16, safetensors.BF16}
 
 // stTensor is one tensor's entry in a safetensors file.
 type stTensor struct {
 	Name  string
-	DType stDType
+	DType safetensors.DType
 	Shape []int
 	// Begin and End are absolute offsets into the file.
 	Begin, End int64
@@ -62,74 +41,25 @@ type stFile struct {
 	tensors map[string]*stTensor
 }
 
-// parseHeader decodes and checks a safetensors header of a file of
-// fileSize bytes, whose first bytes are head (at least the 8-byte length
-// and the JSON). It returns the tensors with absolute offsets.
+// parseHeader decodes and checks the safetensors header of a file of
+// fileSize bytes whose first bytes are head (package safetensors' rules).
+// It returns the tensors with absolute offsets, and where the data starts.
 func parseHeader(path string, head []byte, fileSize int64) (map[string]*stTensor, int64, error) {
-	if fileSize < 8 || len(head) < 8 {
-		return nil, 0, fmt.Errorf("%s: %d bytes, shorter than the 8-byte safetensors header length", path, fileSize)
+	h, err := safetensors.Parse(path, head, fileSize)
+	if err != nil {
+		return nil, 0, err
 	}
-	n := binary.LittleEndian.Uint64(head[:8])
-	if n > maxHeaderBytes || n > uint64(fileSize-8) {
-		return nil, 0, fmt.Errorf("%s: safetensors header length %d exceeds the file (%d bytes) or the %d-byte limit (truncated or not safetensors)", path, n, fileSize, maxHeaderBytes)
-	}
-	if uint64(len(head)) < 8+n {
-		return nil, 0, fmt.Errorf("%s: header of %d bytes, only %d read", path, n, len(head)-8)
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(head[8:8+n], &raw); err != nil {
-		return nil, 0, fmt.Errorf("%s: safetensors header JSON: %v", path, err)
-	}
-	dataStart := int64(8 + n)
-	dataLen := fileSize - dataStart
-	out := make(map[string]*stTensor, len(raw))
-	type span struct{ b, e int64 }
-	var spans []span
-	for name, msg := range raw {
-		if name == "__metadata__" {
-			continue
-		}
-		var e struct {
-			DType       string  `json:"dtype"`
-			Shape       []int64 `json:"shape"`
-			DataOffsets []int64 `json:"data_offsets"`
-		}
-		if err := json.Unmarshal(msg, &e); err != nil {
-			return nil, 0, fmt.Errorf("%s: tensor %q: %v", path, name, err)
-		}
-		dt := stDType(e.DType)
-		if dt.size() == 0 {
-			return nil, 0, fmt.Errorf("%s: tensor %q: dtype %q not supported (F32, F16, BF16 are)", path, name, e.DType)
-		}
-		if len(e.DataOffsets) != 2 {
-			return nil, 0, fmt.Errorf("%s: tensor %q: data_offsets has %d entries, want 2", path, name, len(e.DataOffsets))
-		}
-		b, en := e.DataOffsets[0], e.DataOffsets[1]
-		if b < 0 || en < b || en > dataLen {
-			return nil, 0, fmt.Errorf("%s: tensor %q: data_offsets [%d, %d] outside the %d data bytes (truncated file?)", path, name, b, en, dataLen)
-		}
-		elems := int64(1)
-		shape := make([]int, len(e.Shape))
-		for i, d := range e.Shape {
-			if d < 0 || (d > 0 && elems > math.MaxInt32*int64(1<<16)/d) {
-				return nil, 0, fmt.Errorf("%s: tensor %q: bad shape %v", path, name, e.Shape)
+	out := make(map[string]*stTensor, len(h.Tensors))
+	for name, t := range h.Tensors {
+		shape := make([]int, len(t.Shape))
+		for i, d := range t.Shape {
+			if shape[i] = int(d); int64(shape[i]) != d { // only on 32-bit platforms
+				return nil, 0, fmt.Errorf("%s: tensor %q: dimension %d does not fit an int", path, name, d)
 			}
-			elems *= d
-			shape[i] = int(d)
 		}
-		if want := elems * int64(dt.size()); want != en-b {
-			return nil, 0, fmt.Errorf("%s: tensor %q: %s%v needs %d bytes, data_offsets give %d", path, name, dt, e.Shape, want, en-b)
-		}
-		out[name] = &stTensor{Name: name, DType: dt, Shape: shape, Begin: dataStart + b, End: dataStart + en}
-		spans = append(spans, span{b, en})
+		out[name] = &stTensor{Name: name, DType: t.DType, Shape: shape, Begin: t.Begin, End: t.End}
 	}
-	sort.Slice(spans, func(i, j int) bool { return spans[i].b < spans[j].b })
-	for i := 1; i < len(spans); i++ {
-		if spans[i].b < spans[i-1].e {
-			return nil, 0, fmt.Errorf("%s: tensors overlap at data offset %d", path, spans[i].b)
-		}
-	}
-	return out, dataStart, nil
+	return out, h.DataStart, nil
 }
 
 // openSafetensors maps path and reads its header.

@@ -5,10 +5,13 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/tensorbridge/tensorbridge"
 	"github.com/tensorbridge/tensorbridge/config"
+	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/ir"
+	"github.com/tensorbridge/tensorbridge/safetensors"
 	"github.com/x448/float16"
 )
 
@@ -87,13 +90,33 @@ func (e *ShapeError) Error() string {
 	return fmt.Sprintf("%s: tensor %q has shape %v, config.json implies %v", e.File, e.Tensor, e.Got, e.Expected)
 }
 
+// WeightDTypeError says a tensor the decoder reads is stored in a dtype
+// the weight loader does not convert (it converts weightDTypes: F32, F16,
+// BF16). Tensors the decoder does not read may have any dtype.
+type WeightDTypeError struct {
+	File, Tensor string
+	DType        safetensors.DType
+	Accepted     []safetensors.DType
+}
+
+func (e *WeightDTypeError) Error() string {
+	return fmt.Sprintf("%s: tensor %q is stored as %s; the weight loader reads %v", e.File, e.Tensor, e.DType, e.Accepted)
+}
+
+// Is makes a WeightDTypeError match errs.ErrUnsupported.
+func (e *WeightDTypeError) Is(target error) bool { return target == errs.ErrUnsupported }
+
 // checkTensors checks that every tensor the decoder reads is present with
-// the right shape, before anything is allocated.
+// the right shape and a dtype the loader converts, before anything is
+// allocated.
 func checkTensors(dir string, c *Config, ct *checkpointTensors) error {
 	for _, w := range weightSpecs(c) {
 		t, ok := ct.tensors[w.name]
 		if !ok {
 			return &MissingTensorError{Dir: dir, Tensor: w.name}
+		}
+		if !slices.Contains(weightDTypes, t.DType) {
+			return &WeightDTypeError{File: t.file.path, Tensor: w.name, DType: t.DType, Accepted: weightDTypes}
 		}
 		if !equalInts(t.Shape, w.shape) {
 			return &ShapeError{File: t.file.path, Tensor: w.name, Expected: w.shape, Got: t.Shape}
@@ -127,22 +150,23 @@ func dtypeFor(p config.Precision) (ir.DType, error) {
 	return ir.InvalidDType, fmt.Errorf("precision %q not supported for generation", p)
 }
 
-// convert returns t's elements as dt's little-endian bytes.
+// convert returns t's elements as dt's little-endian bytes. t's dtype is
+// one of weightDTypes (checkTensors).
 func convert(t *stTensor, dt ir.DType) []byte {
 	src := t.bytes()
-	n := len(src) / t.DType.size()
-	if (t.DType == stF32 && dt == ir.Float32) || (t.DType == stBF16 && dt == ir.BFloat16) || (t.DType == stF16 && dt == ir.Float16) {
+	n := len(src) / t.DType.Size()
+	if (t.DType == safetensors.F32 && dt == ir.Float32) || (t.DType == safetensors.BF16 && dt == ir.BFloat16) || (t.DType == safetensors.F16 && dt == ir.Float16) {
 		return append([]byte(nil), src...)
 	}
 	out := make([]byte, n*dt.Size())
 	for i := range n {
 		var f float32
 		switch t.DType {
-		case stF32:
+		case safetensors.F32:
 			f = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
-		case stBF16:
+		case safetensors.BF16:
 			f = math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:])) << 16)
-		case stF16:
+		case safetensors.F16:
 			f = float16.Frombits(binary.LittleEndian.Uint16(src[2*i:])).Float32()
 		}
 		putFloat(out, i, f, dt)

@@ -1,7 +1,6 @@
 package plan
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/llm"
+	"github.com/tensorbridge/tensorbridge/safetensors"
 )
 
 // Checkpoint is what planning read from a Hugging Face checkpoint
@@ -56,7 +56,7 @@ func LoadCheckpoint(dir string) (*Checkpoint, error) {
 		return nil, err
 	}
 	for _, f := range files {
-		h, err := readSafetensorsHeader(f)
+		h, err := safetensors.Read(f)
 		if err != nil {
 			return nil, err
 		}
@@ -64,7 +64,7 @@ func LoadCheckpoint(dir string) (*Checkpoint, error) {
 		if ck.HeaderDTypes == nil {
 			ck.HeaderDTypes = map[string]int{}
 		}
-		for name, t := range h {
+		for name, t := range h.Tensors {
 			if strings.HasSuffix(name, "rotary_emb.inv_freq") {
 				continue // a buffer some exports keep, not a weight
 			}
@@ -74,9 +74,9 @@ func LoadCheckpoint(dir string) (*Checkpoint, error) {
 				ck.Notes = append(ck.Notes, f+": lm_head.weight stored although tie_word_embeddings is true; not counted (the embedding is used)")
 				continue
 			}
-			ck.HeaderParams += t.elements
-			ck.HeaderBytes += t.end - t.begin
-			ck.HeaderDTypes[t.dtype]++
+			ck.HeaderParams += t.Elements
+			ck.HeaderBytes += t.Bytes()
+			ck.HeaderDTypes[string(t.DType)]++
 		}
 	}
 	if len(files) > 0 && ck.HeaderParams != cfg.Params() {
@@ -174,96 +174,10 @@ func parseLLMConfig(path string, raw []byte) (LLMConfig, error) {
 	return cfg, nil
 }
 
-// stTensor is one safetensors header entry.
-type stTensor struct {
-	dtype      string
-	elements   int64
-	begin, end int64
-}
-
-// stDTypeBytes are the safetensors dtypes
-// (https://github.com/huggingface/safetensors, Dtype in safetensors/src/tensor.rs).
-var stDTypeBytes = map[string]int64{
-	"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
-	"I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
-}
-
-// maxHeaderBytes bounds a safetensors header; the format's own reference
-// implementation refuses headers over 100 MB.
-const maxHeaderBytes = 100 << 20
-
 // ErrSafetensors is matched by every error of a malformed safetensors
-// header.
-var ErrSafetensors = errors.New("plan: malformed safetensors header")
-
-// readSafetensorsHeader reads the 8-byte little-endian header length and
-// the JSON header of a safetensors file, and checks each tensor's byte
-// range against its dtype and shape and against the file's size. The
-// tensors themselves are never read.
-func readSafetensorsHeader(path string) (map[string]stTensor, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	var n [8]byte
-	if _, err := io.ReadFull(f, n[:]); err != nil {
-		return nil, fmt.Errorf("%w: %s: reading the header length: %v", ErrSafetensors, path, err)
-	}
-	hl := binary.LittleEndian.Uint64(n[:])
-	if hl > maxHeaderBytes || int64(hl) > st.Size()-8 {
-		return nil, fmt.Errorf("%w: %s: header length %d, file is %d bytes (limit %d)", ErrSafetensors, path, hl, st.Size(), maxHeaderBytes)
-	}
-	buf := make([]byte, hl)
-	if _, err := io.ReadFull(f, buf); err != nil {
-		return nil, fmt.Errorf("%w: %s: reading the header: %v", ErrSafetensors, path, err)
-	}
-	return parseSafetensorsHeader(path, buf, st.Size()-8-int64(hl))
-}
-
-// parseSafetensorsHeader checks a header against a data section of
-// dataBytes.
-func parseSafetensorsHeader(path string, buf []byte, dataBytes int64) (map[string]stTensor, error) {
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(buf, &raw); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrSafetensors, path, err)
-	}
-	out := make(map[string]stTensor, len(raw))
-	for name, v := range raw {
-		if name == "__metadata__" {
-			continue
-		}
-		var t struct {
-			DType   string  `json:"dtype"`
-			Shape   []int64 `json:"shape"`
-			Offsets []int64 `json:"data_offsets"`
-		}
-		if err := json.Unmarshal(v, &t); err != nil {
-			return nil, fmt.Errorf("%w: %s: tensor %q: %v", ErrSafetensors, path, name, err)
-		}
-		size, ok := stDTypeBytes[t.DType]
-		if !ok {
-			return nil, fmt.Errorf("%w: %s: tensor %q: dtype %q unknown", ErrSafetensors, path, name, t.DType)
-		}
-		if len(t.Offsets) != 2 || t.Offsets[0] < 0 || t.Offsets[1] < t.Offsets[0] || t.Offsets[1] > dataBytes {
-			return nil, fmt.Errorf("%w: %s: tensor %q: data_offsets %v outside the %d data bytes", ErrSafetensors, path, name, t.Offsets, dataBytes)
-		}
-		elems := int64(1)
-		for _, d := range t.Shape {
-			if d < 0 || (d > 0 && elems > dataBytes/d) {
-				return nil, fmt.Errorf("%w: %s: tensor %q: shape %v does not fit the %d data bytes", ErrSafetensors, path, name, t.Shape, dataBytes)
-			}
-			elems *= d
-		}
-		if elems*size != t.Offsets[1]-t.Offsets[0] {
-			return nil, fmt.Errorf("%w: %s: tensor %q: %s %v is %d bytes, data_offsets %v span %d", ErrSafetensors, path, name,
-				t.DType, t.Shape, elems*size, t.Offsets, t.Offsets[1]-t.Offsets[0])
-		}
-		out[name] = stTensor{dtype: t.DType, elements: elems, begin: t.Offsets[0], end: t.Offsets[1]}
-	}
-	return out, nil
-}
+// header: package safetensors' ErrMalformed, whose rules (bounds, no
+// overlap or hole, known dtypes, the header size limit) are llm's too.
+// Planning accepts every dtype the format defines (integer buffers
+// included): it needs only shapes, dtypes and sizes, and llm's loader
+// refuses a weight it cannot convert when the checkpoint is loaded.
+var ErrSafetensors = safetensors.ErrMalformed

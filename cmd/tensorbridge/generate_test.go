@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -38,5 +40,50 @@ func TestGenerateJSON(t *testing.T) {
 				t.Errorf("%s prompt %d: text %q, transformers %q", name, i, got.Text, r.Decoded)
 			}
 		}
+	}
+}
+
+// TestGenerateCheckpointErrors: a checkpoint directory that does not
+// exist is reported as that directory, not as a missing tokenizer.json;
+// a hidden_size over the limit is reported with the file, the value and
+// the limit, not as "want a positive size". (Faults injected: the
+// directory check removed from tokenizer.Load, which generate calls
+// first, and the size bound's own message; each case fails.)
+func TestGenerateCheckpointErrors(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-checkpoint")
+	code, _, errOut := run(t, "generate", missing, "--prompt", "hi", "--backend", "cpu")
+	if code != 1 || !strings.Contains(errOut, "checkpoint directory "+missing+": ") || strings.Contains(errOut, "tokenizer.json") {
+		t.Errorf("missing directory: exit %d, stderr %q; want exit 1 naming the directory", code, errOut)
+	}
+
+	src, _ := llmFixture(t, "qwen2")
+	dir := t.TempDir()
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		raw, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var cfg map[string]any
+	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err == nil {
+		err = json.Unmarshal(raw, &cfg)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg["hidden_size"] = 1 << 25
+	raw, _ = json.Marshal(cfg)
+	path := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut = run(t, "generate", dir, "--prompt", "hi", "--backend", "cpu")
+	want := path + ": hidden_size = 33554432: expected at most 16777216 (2^24)"
+	if code != 1 || !strings.Contains(errOut, want) {
+		t.Errorf("hidden_size too large: exit %d, stderr %q; want exit 1 with %q", code, errOut, want)
 	}
 }

@@ -83,6 +83,9 @@ type tokenizerJSON struct {
 // clean_up_tokenization_spaces) and DIR/chat_template.jinja (where newer
 // transformers saves the template).
 func Load(dir string) (*Tokenizer, error) {
+	if err := checkDir(dir); err != nil {
+		return nil, err
+	}
 	tj, err := readFile(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		return nil, err
@@ -96,6 +99,25 @@ func Load(dir string) (*Tokenizer, error) {
 		return nil, err
 	}
 	return fromJSON(tj, cj, tmpl)
+}
+
+// checkDir checks that dir is an existing directory, so that a mistyped
+// checkpoint path is reported as the directory rather than as a missing
+// tokenizer.json. The error is an *fs.PathError (errors.Is
+// fs.ErrNotExist when there is nothing there).
+func checkDir(dir string) error {
+	st, err := os.Stat(dir)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return &fs.PathError{Op: "checkpoint directory", Path: dir, Err: err}
+	}
+	if !st.IsDir() {
+		return &fs.PathError{Op: "checkpoint directory", Path: dir, Err: errors.New("not a directory")}
+	}
+	return nil
 }
 
 func readFile(path string) ([]byte, error) {
