@@ -21,6 +21,9 @@ echo "== go test (all packages; portable API on cpu)"
 CGO_ENABLED=0 go test -timeout 40m "$@" ./...
 echo "== go test (portable API on xla-cpu)"
 TENSORBRIDGE_TEST_BACKEND=xla-cpu CGO_ENABLED=0 go test -count=1 -timeout 20m "$@" .
+echo "== go test (LLM decode path, context buckets crossed, and donation on xla-cpu)"
+TENSORBRIDGE_TEST_BACKEND=xla-cpu CGO_ENABLED=0 go test -count=1 -timeout 20m \
+	-run 'TestAgainstTransformers|TestContinuousBatching|TestSlowReaderDoesNotStallOthers|TestBuilderFieldFound|TestDonationWithoutBuilderField' "$@" ./llm ./ir
 echo "== go test -race (runtime concurrency: root, cache, pjrt, internal/capi, cpu engine)"
 # The race detector needs cgo; the code under test does not. The root's
 # model-level tests are slow under the detector, so it runs the ones about
