@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
@@ -103,6 +104,9 @@ type Config struct {
 	// serialised). Limits bound the coordination service process 0 runs.
 	Security *Security `json:"-"`
 	Limits   Limits    `json:"-"`
+	// Logger receives the warnings of process 0's service (nil:
+	// slog.Default()).
+	Logger *slog.Logger `json:"-"`
 }
 
 // Duration is a time setting and its source.

@@ -65,7 +65,10 @@ type Client struct {
 }
 
 // Connect joins the job cfg describes. Process 0 first starts the
-// coordination service on the coordinator address's port. Connect returns
+// coordination service on the coordinator address's port; it refuses to
+// where other machines can reach that port and nothing authenticates
+// callers (no token, no mutual TLS), unless cfg.Security says Insecure
+// (a *ConfigError, ErrConfig). Connect returns
 // when every process has joined; it fails within about twice the cluster
 // timeout when the coordinator cannot be reached (*CoordinatorError) or a
 // process does not join (*WorkerError, ErrWorkerMissing). A single-process
@@ -80,9 +83,12 @@ func Connect(ctx context.Context, cfg *Config, self Self) (*Client, error) {
 			if listen, err = serveAddress(addr, cfg.Bind.Value); err != nil {
 				return nil, err
 			}
+			if err := checkExposure(listen, cfg.Security); err != nil {
+				return nil, err
+			}
 		}
 		srv, err := NewServer(ServerOptions{Processes: cfg.ProcessCount.Value, Job: cfg.Job.Value, Timeout: cfg.Timeout.Value, Heartbeat: cfg.Heartbeat.Value,
-			Security: cfg.Security, Limits: cfg.Limits})
+			Security: cfg.Security, Limits: cfg.Limits, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}

@@ -80,6 +80,20 @@ type Security struct {
 	// ServerName is the name the coordinator's certificate must carry;
 	// "" uses the host of the coordinator address.
 	ServerName string
+	// Insecure lets process 0 serve the coordination service on an address
+	// other machines can reach with neither Token nor mutual TLS (the
+	// CLI's --cluster-insecure); it then logs a warning. Without it Connect
+	// refuses to (see checkExposure).
+	Insecure bool
+	// MaxConnections and IdleTimeout, when set, override Limits of the same
+	// names for process 0's service: the CLI's --cluster-max-connections
+	// and --cluster-idle-timeout (whose defaults are
+	// $TENSORBRIDGE_CLUSTER_MAX_CONNECTIONS and
+	// $TENSORBRIDGE_CLUSTER_IDLE_TIMEOUT, read by Bootstrap). They travel
+	// with the credentials because Security is what a caller hands the
+	// backend for its job (tensorbridge.WithClusterSecurity).
+	MaxConnections int
+	IdleTimeout    time.Duration
 }
 
 // String never shows the token.
@@ -94,22 +108,75 @@ func (s *Security) String() string {
 	if s.TLS() {
 		parts = append(parts, "mutual TLS")
 	}
+	if len(parts) == 0 && s.Insecure {
+		return "none (insecure allowed)"
+	}
 	if len(parts) == 0 {
 		return "none"
 	}
 	return strings.Join(parts, " + ")
 }
 
+// authenticates reports whether s proves who calls: a token or mutual TLS.
+func (s *Security) authenticates() bool { return s != nil && (len(s.Token) > 0 || s.TLS()) }
+
+// limits is l with s's overrides of the connection cap and idle timeout.
+func (s *Security) limits(l Limits) Limits {
+	if s != nil && s.MaxConnections != 0 {
+		l.MaxConnections = s.MaxConnections
+	}
+	if s != nil && s.IdleTimeout > 0 {
+		l.IdleTimeout = s.IdleTimeout
+	}
+	return l
+}
+
+// exposed reports whether an address to listen on (host:port, as
+// serveAddress gives it) is reachable from other machines: any host but a
+// loopback IP or localhost; an empty host is every interface.
+func exposed(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return true
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() || host == "localhost" {
+		return false
+	}
+	return true
+}
+
+// checkExposure refuses to serve the coordination service on listen, an
+// address other machines can reach, when nothing proves who calls it (no
+// token, no mutual TLS) and sec does not say Insecure: anyone who reached
+// the port could then join the job, pass its barriers or write the
+// key-value store its plugins read their topology from.
+func checkExposure(listen string, sec *Security) error {
+	if !exposed(listen) || sec.authenticates() || sec != nil && sec.Insecure {
+		return nil
+	}
+	return &ConfigError{Field: "coordinator security", Value: listen,
+		Reason: "process 0 would serve the coordination service on an address other machines can reach with neither a token nor mutual TLS, " +
+			"so anyone who reaches the port could join the job or write its key-value store: give every process the job's token " +
+			"(--cluster-token-file, or $" + EnvTokenFile + ") or --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca, " +
+			"or --cluster-insecure to serve it unauthenticated anyway"}
+}
+
 // TLS reports whether s configures mutual TLS.
 func (s *Security) TLS() bool { return s != nil && s.Certificate != nil && s.RootCAs != nil }
 
-// check refuses half a TLS configuration.
+// check refuses half a TLS configuration and bad connection limits.
 func (s *Security) check() error {
 	if s == nil {
 		return nil
 	}
 	if (s.Certificate != nil) != (s.RootCAs != nil) {
 		return &ConfigError{Field: "cluster TLS", Reason: "mutual TLS needs both a certificate with its key and the CA that signs the job's certificates"}
+	}
+	if s.MaxConnections < -1 {
+		return &ConfigError{Field: "coordinator connection cap", Value: fmt.Sprint(s.MaxConnections), Reason: "want a positive integer, or -1 for no cap"}
+	}
+	if s.IdleTimeout < 0 {
+		return &ConfigError{Field: "coordinator idle timeout", Value: s.IdleTimeout.String(), Reason: "want a positive duration"}
 	}
 	return nil
 }
@@ -226,7 +293,9 @@ func (s *Server) authUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo
 	if err := s.authenticate(ctx); err != nil {
 		return nil, err
 	}
-	s.proven(ctx)
+	if s.security.authenticates() {
+		s.proven(ctx)
+	}
 	return h(ctx, req)
 }
 
@@ -234,13 +303,17 @@ func (s *Server) authStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerI
 	if err := s.authenticate(ss.Context()); err != nil {
 		return err
 	}
-	s.proven(ss.Context())
+	if s.security.authenticates() {
+		s.proven(ss.Context())
+	}
 	return h(srv, ss)
 }
 
-// proven exempts the connection of an authenticated call from eviction
-// at the connection cap (see connLimit). Without a token every call
-// counts as authenticated.
+// proven exempts the connection of ctx's call from eviction at the
+// connection cap (see connLimit): a call that passed the token or came
+// over mutual TLS, and, without either, a join the job accepted or a call
+// carrying a joined process's session secret. Without a token a call that
+// is merely not refused proves nothing: anyone may make one.
 func (s *Server) proven(ctx context.Context) {
 	if s.conns != nil {
 		s.conns.prove(ctx)
@@ -264,6 +337,7 @@ func (s *Server) checkSession(ctx context.Context, idx int32) error {
 	if want == "" || !equalSecret([]byte(got), []byte(want)) {
 		return status.Errorf(codes.PermissionDenied, "not process %d's session secret", idx)
 	}
+	s.proven(ctx)
 	return nil
 }
 
@@ -357,6 +431,13 @@ type Limits struct {
 	// is disconnected with GOAWAY "too_many_pings" (default 10 s; the
 	// job's own clients send none).
 	MinPingInterval time.Duration
+	// ReadTimeout bounds receiving a call's request message (a stream's
+	// first), from the call's headers: a caller that opens a call and
+	// sends its message slowly, or not at all, is cut off instead of
+	// holding the call, its goroutine and its bytes (grpc-go has no such
+	// bound). Default: a quarter of the cluster timeout, between 1 s and
+	// 10 s (the largest message, a 4 MiB put, takes milliseconds).
+	ReadTimeout time.Duration
 }
 
 // Default limits; see Limits.
@@ -392,6 +473,9 @@ func (l Limits) withDefaults(timeout time.Duration) Limits {
 	}
 	if l.MinPingInterval <= 0 {
 		l.MinPingInterval = DefaultMinPingInterval
+	}
+	if l.ReadTimeout <= 0 {
+		l.ReadTimeout = min(max(timeout/4, time.Second), 10*time.Second)
 	}
 	return l
 }

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -37,6 +39,10 @@ type Server struct {
 	token       []byte
 	security    *Security
 	limits      Limits
+	log         *slog.Logger
+	// recvTimeouts counts calls cut off before their request message came
+	// (recvguard.go).
+	recvTimeouts atomic.Int64
 
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced on every state change
@@ -76,6 +82,8 @@ type ServerOptions struct {
 	Security *Security
 	// Limits bound the key-value store and the waits clients ask for.
 	Limits Limits
+	// Logger receives the service's warnings (nil: slog.Default()).
+	Logger *slog.Logger
 }
 
 // NewServer returns a coordination service for opts.Processes processes;
@@ -93,10 +101,13 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if err := opts.Security.check(); err != nil {
 		return nil, err
 	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
 	n := opts.Processes
 	s := &Server{
 		n: n, job: opts.Job, timeout: opts.Timeout, heartbeat: opts.Heartbeat,
-		security: opts.Security, limits: opts.Limits.withDefaults(opts.Timeout),
+		security: opts.Security, limits: opts.Security.limits(opts.Limits).withDefaults(opts.Timeout), log: opts.Logger,
 		incarnation: rand.Uint64() | 1,
 		changed:     make(chan struct{}),
 		procs:       make([]*clusterpb.Process, n),
@@ -147,17 +158,25 @@ func serveAddress(coordinator, bind string) (string, error) {
 }
 
 // Serve starts serving on lis in the background; Shutdown or Stop end it.
+// Serving on an address other machines can reach with nothing that
+// authenticates callers (no token, no mutual TLS) logs a warning;
+// Connect refuses to do so unless Security.Insecure (checkExposure).
 func (s *Server) Serve(lis net.Listener) {
 	s.lis = lis
 	s.start = time.Now()
+	if exposed(lis.Addr().String()) && !s.security.authenticates() {
+		s.log.Warn("cluster: the coordination service is serving without authentication on an address other machines can reach: anyone who reaches it can join the job or write its key-value store (--cluster-insecure); give every process --cluster-token-file instead",
+			"addr", lis.Addr().String())
+	}
 	if n := s.limits.maxConnections(s.n); n > 0 {
 		s.conns = newConnLimit(n)
 		lis = s.conns.listener(lis)
 	}
 	s.grpc = grpc.NewServer(
 		serverCreds(s.security),
-		grpc.UnaryInterceptor(s.authUnary),
-		grpc.StreamInterceptor(s.authStream),
+		grpc.InTapHandle(s.recvTap),
+		grpc.ChainUnaryInterceptor(recvUnary, s.authUnary),
+		grpc.ChainStreamInterceptor(recvStream, s.authStream),
 		// A put is the largest message: its key and value plus framing.
 		grpc.MaxRecvMsgSize(s.limits.MaxValueBytes+s.limits.MaxKeyBytes+1024),
 		grpc.ConnectionTimeout(min(s.timeout, 20*time.Second)),
@@ -397,6 +416,7 @@ func (s *Server) Join(ctx context.Context, req *clusterpb.JoinRequest) (*cluster
 	}
 	s.notifyLocked()
 	s.mu.Unlock()
+	s.proven(ctx) // a process of the job: its connection is never evicted
 
 	ok, failed, err := s.wait(ctx, time.Time{}, func() bool { return s.joined == s.n })
 	switch {

@@ -136,7 +136,11 @@ func (s *Server) authHTTP(next http.Handler) http.Handler {
 		if err := s.auth.check(r.Header.Get("Authorization")); err != nil {
 			s.logUnauthenticated(err, r.RemoteAddr, r.Method+" "+r.URL.Path)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tensorbridge"`)
-			writeErr(w, err)
+			if isOAIPath(r.URL.Path) {
+				writeOAIError(w, err) // OpenAI's error object, as its clients read it
+			} else {
+				writeErr(w, err)
+			}
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -65,10 +66,10 @@ func (g *grpcService) ModelMetadata(_ context.Context, r *pb.ModelMetadataReques
 
 // ModelInfer runs a request whose inputs are in raw_input_contents or in
 // each input's typed contents; outputs always return in
-// raw_output_contents (what tritonclient reads). The model is looked up
-// before anything is decoded; the message (already bounded by the server's
-// MaxRecvMsgSize) is reserved in the in-flight byte budget, with the
-// tensors decoded from typed contents.
+// raw_output_contents (what tritonclient reads). On NewGRPCServer's server
+// the message was reserved in the in-flight byte budget before it was read
+// (budgetStream); elsewhere it is reserved now. The tensors decoded from
+// typed contents are reserved too.
 func (g *grpcService) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
 	start := time.Now()
 	s := g.s
@@ -77,11 +78,15 @@ func (g *grpcService) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (
 		s.met.unknownModel.Inc()
 		return nil, grpcErr(err)
 	}
-	res := &reservation{b: s.budget}
-	defer res.done()
+	res, own := rpcReservation(ctx, s.budget)
+	if own {
+		defer res.done()
+	}
 	req, err := func() (*InferRequest, error) {
-		if err := res.grow(int64(proto.Size(r))); err != nil {
-			return nil, err
+		if own {
+			if err := res.grow(int64(proto.Size(r))); err != nil {
+				return nil, err
+			}
 		}
 		req, decoded, err := decodeGRPCInfer(r, specsOf(m))
 		if err != nil {
@@ -158,7 +163,7 @@ func decodeGRPCInfer(r *pb.ModelInferRequest, specs *inputSpecs) (*InferRequest,
 		case in.GetContents() != nil:
 			t.Data, err = fromContents(in.GetContents(), dt, n)
 			if err != nil {
-				return nil, 0, &errs.InputError{Name: in.GetName(), Problem: "value", Expected: fmt.Sprintf("%d %s elements", n, in.GetDatatype()), Got: err.Error()}
+				return nil, 0, dataError(in.GetName(), in.GetDatatype(), shape, n, err)
 			}
 			decoded += int64(cap(t.Data))
 		default:
@@ -170,14 +175,15 @@ func decodeGRPCInfer(r *pb.ModelInferRequest, specs *inputSpecs) (*InferRequest,
 }
 
 // fromContents converts typed contents to element bytes. The count of
-// values sent is checked against n before the output is allocated, so its
-// size follows what the message carries, not the declared shape.
+// values sent is checked against n (an *oip.CountError) before the output
+// is allocated, so its size follows what the message carries, not the
+// declared shape.
 func fromContents(c *pb.InferTensorContents, dt ir.DType, n int) ([]byte, error) {
 	le := binary.LittleEndian
 	var out []byte
 	count := func(got int) error {
 		if got != n {
-			return fmt.Errorf("%d elements in contents, but the shape holds %d", got, n)
+			return &oip.CountError{Want: n, Got: got, Where: "typed contents"}
 		}
 		out = make([]byte, 0, n*dt.Size())
 		return nil
@@ -273,4 +279,22 @@ func fromContents(c *pb.InferTensorContents, dt ir.DType, n int) ([]byte, error)
 		return nil, fmt.Errorf("%s has no typed contents field: send it in raw_input_contents", Datatype(dt))
 	}
 	return out, nil
+}
+
+// dataError is the error of input name whose data did not decode as the n
+// elements of datatype that shape holds: what was expected against what
+// came, in elements and bytes when the count differs (*oip.CountError),
+// else the decoder's complaint.
+func dataError(name, datatype string, shape []int, n int, err error) error {
+	size, _ := oip.ElemSize(datatype)
+	want := fmt.Sprintf("%d %s elements (%d bytes) for shape %v", n, datatype, n*size, shape)
+	got := err.Error()
+	var ce *oip.CountError
+	if errors.As(err, &ce) {
+		got = fmt.Sprintf("%d elements in %s", ce.Got, ce.Where)
+		if ce.Bytes > 0 {
+			got = fmt.Sprintf("%d elements in %d bytes of %s", ce.Got, ce.Bytes, ce.Where)
+		}
+	}
+	return &errs.InputError{Name: name, Problem: "value", Expected: want, Got: got}
 }

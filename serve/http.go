@@ -159,11 +159,19 @@ func (s *Server) readHTTPInfer(r *http.Request, m *model, res *reservation) (*In
 	return req, wire, nil
 }
 
-// UnsupportedMediaError says a body came compressed (415).
-type UnsupportedMediaError struct{ Encoding string }
+// UnsupportedMediaError says a body came compressed (415; gRPC
+// InvalidArgument).
+type UnsupportedMediaError struct {
+	Encoding string
+	Header   string // the header that named it; "" is Content-Encoding
+}
 
 func (e *UnsupportedMediaError) Error() string {
-	return fmt.Sprintf("Content-Encoding %q is not supported: send the body uncompressed", e.Encoding)
+	h := e.Header
+	if h == "" {
+		h = "Content-Encoding"
+	}
+	return fmt.Sprintf("%s %q is not supported: send the body uncompressed", h, e.Encoding)
 }
 
 // wireRequest is what the response needs from the request: which outputs
@@ -260,7 +268,7 @@ func decodeHTTPInfer(body []byte, headerLen string, specs *inputSpecs) (req *Inf
 		default:
 			t.Data, err = oip.DecodeJSONData(in.Data, in.Datatype, n)
 			if err != nil {
-				return nil, nil, 0, &errs.InputError{Name: in.Name, Problem: "value", Expected: fmt.Sprintf("%d %s elements", n, in.Datatype), Got: err.Error()}
+				return nil, nil, 0, dataError(in.Name, in.Datatype, shape, n, err)
 			}
 			decoded += int64(cap(t.Data))
 		}

@@ -174,6 +174,17 @@ func (r *reservation) grow(n int64) error {
 	return nil
 }
 
+// release gives back n of the bytes held (at most all of them), for
+// buffers the request no longer uses.
+func (r *reservation) release(n int64) {
+	n = min(n, r.held)
+	if n <= 0 {
+		return
+	}
+	r.b.release(n)
+	r.held -= n
+}
+
 func (r *reservation) done() {
 	r.b.release(r.held)
 	r.held = 0

@@ -26,9 +26,10 @@ type Limits struct {
 	// (gRPC) (default 10s).
 	ReadHeaderTimeout time.Duration
 	// ReadTimeout bounds reading a whole REST request, body included, and
-	// receiving a gRPC request message, from its stream's headers: a
-	// client trickling its body or message is cut off when it passes
-	// (default 30s).
+	// receiving a gRPC request message, from its stream's headers (each
+	// chunk of a long message due by its share of it, so that a declared
+	// length reserved in the budget must be earned: recvGuard.pace): a
+	// client trickling its body or message is cut off (default 30s).
 	ReadTimeout time.Duration
 	// WriteTimeout bounds a REST request from the end of its headers to
 	// the end of its response (default: ReadTimeout + the longest model

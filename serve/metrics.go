@@ -29,6 +29,14 @@ const (
 	// MetricGRPCRecvTimeouts counts gRPC streams reset because their
 	// request message was not received within the read timeout.
 	MetricGRPCRecvTimeouts = "tensorbridge_grpc_receive_timeouts_total"
+	// MetricGRPCRecvRefused counts gRPC request messages refused from
+	// their 5-byte prefix, before any of their bytes were read, by reason:
+	// over_budget (the in-flight byte budget had no room for them) or
+	// too_large (over MaxMessageBytes).
+	MetricGRPCRecvRefused = "tensorbridge_grpc_receive_refused_total"
+	// MetricInflightBytes is the bytes requests hold in the in-flight byte
+	// budget now (Options.MaxInflightBytes).
+	MetricInflightBytes = "tensorbridge_inflight_request_bytes"
 )
 
 // metrics are the server's collectors.
@@ -43,6 +51,8 @@ type metrics struct {
 	depth        *prometheus.GaugeVec
 	// grpcRecvTimeouts counts gRPC requests cut off while being received.
 	grpcRecvTimeouts prometheus.Counter
+	// grpcRecvRefused counts gRPC messages refused from their prefix.
+	grpcRecvRefused *prometheus.CounterVec
 }
 
 // modelMetrics are one model's children of the server's collectors.
@@ -77,12 +87,20 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricQueueDepth,
 			Help: "Requests waiting in the model's queue."}, []string{"model"}),
 		grpcRecvTimeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricGRPCRecvTimeouts,
-			Help: "gRPC streams reset because their request message was not received within the read timeout."}),
+			Help: "gRPC streams reset because their request message was not received within the read timeout (or fell behind the pace that timeout sets)."}),
+		grpcRecvRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricGRPCRecvRefused,
+			Help: "gRPC request messages refused from their length prefix, before their bytes were read: over_budget or too_large."}, []string{"reason"}),
 	}
-	reg.MustRegister(m.requests, m.unknownModel, m.grpcRecvTimeouts, m.duration, m.queue, m.compute, m.padded, m.depth,
+	for _, r := range []string{"over_budget", "too_large"} {
+		m.grpcRecvRefused.WithLabelValues(r) // present at zero from the start
+	}
+	reg.MustRegister(m.requests, m.unknownModel, m.grpcRecvTimeouts, m.grpcRecvRefused, m.duration, m.queue, m.compute, m.padded, m.depth,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	b := s.backend
 	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricInflightBytes,
+			Help: "Bytes requests hold in the in-flight byte budget now (bodies and messages as they are read, decoded tensors)."},
+			func() float64 { return float64(s.budget.inUse()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: MetricCacheHits,
 			Help: "Compiles this process answered from the on-disk compile cache."},
 			func() float64 { return float64(b.CacheStats().Hits) }),

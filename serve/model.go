@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -134,7 +135,7 @@ func loadModel(ctx context.Context, b *tensorbridge.Backend, src ModelSource, de
 	if why != "" && !m.cfg.AllowCompile {
 		m.close()
 		return nil, &errs.Error{Kind: errs.InvalidArgument, Op: "serve",
-			Err: fmt.Errorf("model %s: warm-up cannot know every shape a request may bring (%s), and nothing compiles after ready unless --allow-compile is given", src.Name, why)}
+			Err: fmt.Errorf("model %s (%s): warm-up cannot know every shape a request may bring: %s; nothing compiles after ready unless --allow-compile is given", src.Name, src.Path, why)}
 	}
 	// The compiled-shape cache must hold the whole warm-up set, or serving
 	// would evict and recompile warmed shapes on the request path.
@@ -295,10 +296,11 @@ func (m *model) warmValues() (values map[string][]int, names []string, why strin
 		}
 	}
 	values = map[string][]int{}
+	var missing []string
 	for k, s := range m.inputs {
 		for axis, d := range s.Dims {
 			name := d.Param
-			if name == "" || values[name] != nil {
+			if name == "" || values[name] != nil || slices.Contains(missing, name) {
 				continue
 			}
 			switch {
@@ -309,12 +311,31 @@ func (m *model) warmValues() (values map[string][]int, names []string, why strin
 			case axis == 0 && k == 0 && m.batchDim == "":
 				values[name] = m.aloneSizes(name)
 			default:
-				return nil, nil, fmt.Sprintf("dimension %q has no configured sizes (set --buckets %s=...)", name, name)
+				missing = append(missing, name)
+				continue
 			}
 			names = append(names, name)
 		}
 	}
+	if len(missing) > 0 {
+		return nil, nil, missingSizes(missing)
+	}
 	return values, names, ""
+}
+
+// missingSizes says which symbolic dimensions have no configured sizes,
+// and the --buckets entries that would give them some.
+func missingSizes(dims []string) string {
+	quoted := make([]string, len(dims))
+	entries := make([]string, len(dims))
+	for i, d := range dims {
+		quoted[i], entries[i] = strconv.Quote(d), d+"=..."
+	}
+	if len(dims) == 1 {
+		return fmt.Sprintf("dimension %s has no configured sizes (add %s to --buckets)", quoted[0], entries[0])
+	}
+	return fmt.Sprintf("dimensions %s and %s have no configured sizes (add %s to --buckets)",
+		strings.Join(quoted[:len(dims)-1], ", "), quoted[len(dims)-1], strings.Join(entries, ";"))
 }
 
 // aloneSizes are the sizes the runtime runs 1..max-batch rows at along the

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -31,6 +30,8 @@ func (s *Server) registerGenerate(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/models", s.oaiModels)
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.oaiGenerate(w, r, false) })
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.oaiGenerate(w, r, true) })
+	mux.HandleFunc("/v1/", oaiNoRoute) // an unknown path, or a known one with another method
+	mux.HandleFunc("/v1", oaiNoRoute)
 	for _, prefix := range []string{"/v2/models/{model}", "/v2/models/{model}/versions/{version}"} {
 		mux.HandleFunc("POST "+prefix+"/generate", func(w http.ResponseWriter, r *http.Request) { s.oipGenerate(w, r, false) })
 		mux.HandleFunc("POST "+prefix+"/generate_stream", func(w http.ResponseWriter, r *http.Request) { s.oipGenerate(w, r, true) })
@@ -108,40 +109,6 @@ func (g *generator) metadata() oip.ModelMetadata {
 	return oip.ModelMetadata{Name: g.name, Versions: []string{ModelVersion}, Platform: "tensorbridge_llm",
 		Inputs:  []oip.TensorMetadata{{Name: "text_input", Datatype: "BYTES", Shape: []int64{1}}},
 		Outputs: []oip.TensorMetadata{{Name: "text_output", Datatype: "BYTES", Shape: []int64{-1}}}}
-}
-
-// oaiError is OpenAI's error object.
-type oaiError struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    any     `json:"code"`
-}
-
-// writeOAIError answers err as OpenAI does: {"error": {message, type,
-// param, code}}; a 503 says when to retry.
-func writeOAIError(w http.ResponseWriter, err error) int {
-	code := genStatus(err)
-	e := oaiError{Message: err.Error(), Type: "invalid_request_error", Code: code}
-	var pe *ParamError
-	if errors.As(err, &pe) && pe.Param != "" {
-		e.Param = &pe.Param
-	}
-	switch {
-	case code == http.StatusNotFound:
-		e.Code = "model_not_found"
-	case code == http.StatusUnauthorized:
-		e.Type = "authentication_error"
-	case code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests:
-		e.Type = "server_error"
-		w.Header().Set("Retry-After", retryAfter(retryAfterSeconds(err)))
-	case code >= 500:
-		e.Type = "server_error"
-	case code == http.StatusRequestEntityTooLarge:
-		w.Header().Set("Connection", "close")
-	}
-	writeJSON(w, code, map[string]oaiError{"error": e})
-	return code
 }
 
 // oaiModels lists the generators; 503 until warm-up has ended.
@@ -509,7 +476,8 @@ func (o *oaiOut) chunk(choices []any, u *usage) error {
 // sent as an error event (the status line has gone).
 func (o *oaiOut) streamEvent(ev genEvent) error {
 	if ev.err != nil && ev.finish == "error" {
-		b, _ := json.Marshal(map[string]oaiError{"error": {Message: ev.err.Error(), Type: "server_error", Code: 500}})
+		_, e := oaiErrorFor(&errs.Error{Kind: errs.Internal, Op: "generate", Err: ev.err})
+		b, _ := json.Marshal(map[string]oaiError{"error": e})
 		return o.sse(b)
 	}
 	return o.chunk([]any{o.choice(ev.text, ev.ids, ev.logprob, ev.finish, false)}, nil)

@@ -356,6 +356,7 @@ func TestOpenAIBadRequests(t *testing.T) {
 		param, mention   string
 	}{
 		{"unknown model", "/v1/completions", `{"model":"nope","prompt":"x"}`, 404, "", "nope"},
+		{"unknown model (chat)", "/v1/chat/completions", `{"model":"nope","messages":[{"role":"user","content":"x"}]}`, 404, "", "nope"},
 		{"negative max_tokens", "/v1/completions", `{"model":"qwen2","prompt":"x","max_tokens":-1}`, 400, "max_tokens", "at least 1"},
 		{"max_tokens past the context", "/v1/completions", `{"model":"qwen2","prompt":"x","max_tokens":1000}`, 400, "max_tokens", "maximum context length is 128"},
 		{"max_completion_tokens past the context", "/v1/chat/completions", `{"model":"qwen2","messages":[{"role":"user","content":"x"}],"max_completion_tokens":1000}`, 400, "max_completion_tokens", "maximum context length"},
@@ -374,20 +375,12 @@ func TestOpenAIBadRequests(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var e struct {
-				Error struct {
-					Message string  `json:"message"`
-					Type    string  `json:"type"`
-					Param   *string `json:"param"`
-					Code    any     `json:"code"`
-				} `json:"error"`
+			e := oaiErrorBody(t, postJSON(t, gs.url+c.path, c.body), c.code)
+			if !strings.Contains(e.Message, c.mention) {
+				t.Errorf("error %+v does not mention %q", e, c.mention)
 			}
-			decodeJSON(t, postJSON(t, gs.url+c.path, c.body), c.code, &e)
-			if !strings.Contains(e.Error.Message, c.mention) || e.Error.Type == "" {
-				t.Errorf("error %+v does not mention %q", e.Error, c.mention)
-			}
-			if c.param != "" && (e.Error.Param == nil || *e.Error.Param != c.param) {
-				t.Errorf("param %v, want %s", e.Error.Param, c.param)
+			if c.param != "" && (e.Param == nil || *e.Param != c.param) {
+				t.Errorf("param %v, want %s", e.Param, c.param)
 			}
 		})
 	}
@@ -396,9 +389,8 @@ func TestOpenAIBadRequests(t *testing.T) {
 		// bounds the body at 1 MiB. Injected fault: readGenBody using
 		// MaxMessageBytes answers 400 "prompt longer" after tokenizing.
 		gs := startGen(t, f, serve.Options{})
-		var e struct{ Error struct{ Message string } }
-		decodeJSON(t, postJSON(t, gs.url+"/v1/completions", `{"model":"qwen2","prompt":"`+strings.Repeat("a", 1<<20)+`"}`), 413, &e)
-		if !strings.Contains(e.Error.Message, "bytes") {
+		e := oaiErrorBody(t, postJSON(t, gs.url+"/v1/completions", `{"model":"qwen2","prompt":"`+strings.Repeat("a", 1<<20)+`"}`), 413)
+		if !strings.Contains(e.Message, "bytes") {
 			t.Errorf("413 without a message naming the limit: %+v", e)
 		}
 	})

@@ -242,9 +242,11 @@ func TestBadRequests(t *testing.T) {
 		{"unknown datatype", "mlp", jsonInput("x", "FLOAT", "[1,64]", row), "", 400, `"FLOAT"`},
 		{"wrong static dim", "mlp", jsonInput("x", "FP32", "[2,32]", row), "", 400, "dimension 1 is 64"},
 		{"wrong rank", "mlp", jsonInput("x", "FP32", "[64]", row), "", 400, "shape"},
-		{"too few elements", "mlp", jsonInput("x", "FP32", "[2,64]", row), "", 400, "64 elements, but the shape holds 128"},
+		{"too few elements", "mlp", jsonInput("x", "FP32", "[2,64]", row), "", 400, "value: expected 128 FP32 elements (512 bytes) for shape [2 64], got 64 elements in 257 bytes of JSON data"},
+		{"too many elements", "mlp", jsonInput("x", "FP32", "[1,64]", "["+strings.Repeat("1,", 64)+"1]"), "", 400, "value: expected 64 FP32 elements (256 bytes) for shape [1 64], got 65 elements in 131 bytes of JSON data"},
 		{"not a number", "mlp", jsonInput("x", "FP32", "[1,64]", strings.Replace(row, "0.5", `"a"`, 1)), "", 400, "want a number"},
-		{"more elements than the data holds", "mlp", jsonInput("x", "FP32", "[8,64]", "[1,2]"), "", 400, "cannot hold that many"},
+		{"more elements than the data holds", "mlp", jsonInput("x", "FP32", "[8,64]", "[1,2]"), "", 400, "value: expected 512 FP32 elements (2048 bytes) for shape [8 64], got 2 elements in 5 bytes of JSON data"},
+		{"short data (issue 25's wording)", "mlp", jsonInput("x", "FP32", "[1,64]", "[1,2,3]"), "", 400, `invalid input "x": value: expected 64 FP32 elements (256 bytes) for shape [1 64], got 3 elements in 7 bytes of JSON data`},
 		{"80-byte request", "mlp", `{"inputs":[{"name":"x","shape":[137438953472],"datatype":"FP64","data":[1]}]}`, "", 400, "dtype"},
 		{"unknown model first", "nosuchmodel", `{"inputs":[{"name":"x","shape":[137438953472],"datatype":"FP64","data":[1]}]}`, "", 404, "unknown model"},
 		{"negative dim", "mlp", jsonInput("x", "FP32", "[-1,64]", row), "", 400, "negative dimension"},
@@ -459,7 +461,7 @@ func TestGRPCTypedContents(t *testing.T) {
 	// A count that does not match the shape is refused.
 	_, err = c.ModelInfer(context.Background(), &pb.ModelInferRequest{ModelName: "mlp", Inputs: []*pb.ModelInferRequest_InferInputTensor{
 		{Name: "x", Datatype: "FP32", Shape: []int64{1, 64}, Contents: &pb.InferTensorContents{Fp32Contents: []float32{1, 2}}}}})
-	if st, _ := grpcstatus.FromError(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "2 elements in contents, but the shape holds 64") {
+	if st, _ := grpcstatus.FromError(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "expected 64 FP32 elements (256 bytes) for shape [1 64], got 2 elements in typed contents") {
 		t.Fatalf("short contents: %v", err)
 	}
 }

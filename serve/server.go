@@ -76,13 +76,14 @@ type Options struct {
 	DrainTimeout time.Duration
 	// MaxMessageBytes bounds a request body, REST or gRPC: a larger REST
 	// body is answered 413 (a declared Content-Length over it before any
-	// of the body is read), a larger gRPC message ResourceExhausted
-	// (default 512 MiB).
+	// of the body is read), a larger gRPC message ResourceExhausted (from
+	// its length prefix, before it is read) (default 512 MiB).
 	MaxMessageBytes int
 	// MaxInflightBytes bounds the bytes all requests hold at once: bodies
-	// as they are read and the tensors decoded from them. A request that
-	// does not fit is answered 503 with Retry-After (default 2 GiB, and at
-	// least MaxMessageBytes).
+	// as they are read, gRPC messages from their length prefix on (before
+	// they are read), and the tensors decoded from them. A request that
+	// does not fit is answered 503 with Retry-After (gRPC
+	// ResourceExhausted) (default 2 GiB, and at least MaxMessageBytes).
 	MaxInflightBytes int64
 	// Limits holds the connection limits and timeouts (zero values take
 	// the documented defaults).
@@ -134,6 +135,7 @@ type Server struct {
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	closed    sync.Once
+	wholeOnce sync.Once // recvWhole's warning
 }
 
 // New loads every model on its replicas and starts its batcher. The
@@ -267,32 +269,39 @@ func (s *Server) Models() []string { return slices.Clone(s.order) }
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
 // NewGRPCServer returns a gRPC server with the inference and health
-// services registered, the message size limits at MaxMessageBytes
-// (grpc-go's default receive limit is 4 MiB), the stream, keepalive and
-// handshake limits of Options.Limits, the read timeout on receiving each
-// RPC's request message (see recvGuard), TLS when Options.TLS is set and the
-// token check when AuthTokenFile is. opts come after these and override
-// them, except that they must not set grpc.InTapHandle (grpc-go panics on
-// a second one).
+// services registered, every request message read within the in-flight
+// byte budget before it is accepted (grpcrecv.go: the message limit at
+// MaxMessageBytes, a static 64 KiB stream window, the token checked before
+// the message is read), the stream, keepalive and handshake limits of
+// Options.Limits, the read timeout on receiving each RPC's request message
+// (see recvGuard), and TLS when Options.TLS is set. opts come after these
+// and override them, except that they must not set grpc.InTapHandle
+// (grpc-go panics on a second one); unary interceptors among them do not
+// run for the services registered here (they are served as streams, see
+// budgetedUnary): use stream interceptors.
 func (s *Server) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	lim := s.opts.Limits
 	base := []grpc.ServerOption{grpc.MaxRecvMsgSize(s.opts.MaxMessageBytes), grpc.MaxSendMsgSize(s.opts.MaxMessageBytes),
 		grpc.MaxConcurrentStreams(uint32(lim.GRPCMaxStreams)),
+		grpc.InitialWindowSize(recvWindow), grpc.InitialConnWindowSize(16 << 20),
 		grpc.ConnectionTimeout(lim.ReadHeaderTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: lim.GRPCMinPingInterval, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: lim.IdleTimeout}),
 		grpc.InTapHandle(s.grpcRecvTap),
-		grpc.ChainUnaryInterceptor(grpcRecvUnary, s.grpcAuthUnary), grpc.ChainStreamInterceptor(grpcRecvStream, s.grpcAuthStream)}
+		grpc.ChainUnaryInterceptor(grpcRecvUnary, s.grpcAuthUnary), grpc.ChainStreamInterceptor(s.grpcRecvStream, s.grpcAuthStream)}
 	if s.opts.TLS != nil {
 		base = append(base, grpc.Creds(credentials.NewTLS(s.opts.TLS)))
 	}
 	gs := grpc.NewServer(append(base, opts...)...)
-	s.RegisterGRPC(gs)
+	gs.RegisterService(s.budgeted(&inferencepb.GRPCInferenceService_ServiceDesc), &grpcService{s: s})
+	gs.RegisterService(s.budgeted(&healthpb.Health_ServiceDesc), s.health)
 	return gs
 }
 
 // RegisterGRPC registers inference.GRPCInferenceService and
-// grpc.health.v1 on gs.
+// grpc.health.v1 on gs as their generated code does: grpc-go then reads
+// each request message whole before the budget sees it (only the decoded
+// message is reserved). NewGRPCServer's server reads them within it.
 func (s *Server) RegisterGRPC(gs *grpc.Server) {
 	inferencepb.RegisterGRPCInferenceServiceServer(gs, &grpcService{s: s})
 	healthpb.RegisterHealthServer(gs, s.health)
@@ -336,6 +345,7 @@ func (s *Server) Run(ctx context.Context, httpLn, grpcLn net.Listener) error {
 		}()
 		s.log.Info("listening", "protocol", "grpc", "addr", grpcLn.Addr().String(), "tls", s.opts.TLS != nil, "auth", s.auth != nil)
 	}
+	s.warnOpen(httpLn, grpcLn)
 	warmCtx, cancelWarm := context.WithCancel(ctx)
 	defer cancelWarm()
 	go func() {
@@ -351,6 +361,25 @@ func (s *Server) Run(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	cancelWarm()
 	s.drain(hs, gs)
 	return runErr
+}
+
+// warnOpen logs a warning for each listener reachable from other
+// machines (not on a loopback address) when nothing authenticates its
+// callers: no token and no client certificates.
+func (s *Server) warnOpen(lns ...net.Listener) {
+	if s.auth != nil || s.opts.TLS != nil && s.opts.TLS.ClientAuth == tls.RequireAndVerifyClientCert {
+		return
+	}
+	for _, ln := range lns {
+		if ln == nil {
+			continue
+		}
+		if a, ok := ln.Addr().(*net.TCPAddr); ok && a.IP.IsLoopback() {
+			continue
+		}
+		s.log.Warn("serving without authentication on a non-loopback address: anyone who reaches it can run inference and read model metadata and metrics; give --auth-token-file (AuthTokenFile) or client certificates (--tls-client-ca)",
+			"addr", ln.Addr().String())
+	}
 }
 
 // drain stops accepting and waits for accepted requests, at most
@@ -686,16 +715,23 @@ func status(err error) (int, codes.Code) {
 	var ob *OverBudgetError
 	var ol *OverloadError
 	var ua *UnauthenticatedError
+	var re *routeError
 	switch {
 	case err == nil:
 		return http.StatusOK, codes.OK
 	case errors.As(err, &ua):
 		return http.StatusUnauthorized, codes.Unauthenticated
+	case errors.As(err, &re) && re.Allow != "":
+		return http.StatusMethodNotAllowed, codes.Unimplemented
+	case errors.As(err, &re):
+		return http.StatusNotFound, codes.NotFound
 	case errors.As(err, &tl):
 		return http.StatusRequestEntityTooLarge, codes.ResourceExhausted
 	case errors.As(err, &um):
 		return http.StatusUnsupportedMediaType, codes.InvalidArgument
-	case errors.As(err, &qf), errors.As(err, &te), errors.As(err, &ob), errors.As(err, &ol):
+	case errors.As(err, &ob):
+		return http.StatusServiceUnavailable, codes.ResourceExhausted
+	case errors.As(err, &qf), errors.As(err, &te), errors.As(err, &ol):
 		return http.StatusServiceUnavailable, codes.Unavailable
 	case errors.As(err, &ie):
 		return http.StatusBadRequest, codes.InvalidArgument

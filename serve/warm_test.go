@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tensorbridge/tensorbridge/client"
+	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/serve"
 )
 
@@ -82,19 +83,27 @@ func TestNothingCompilesAfterReady(t *testing.T) {
 	}
 }
 
-// A model whose shapes warm-up cannot know (bert_tiny's sequence without
-// configured sizes) is refused at load unless AllowCompile.
+// A model whose shapes warm-up cannot know (a symbolic dimension without
+// configured sizes) is refused at load, naming the model, its file, every
+// such dimension and the --buckets entries that fix it, unless
+// AllowCompile. Proved once by returning at the first missing dimension,
+// as before: quant_unet's message named H alone and the test failed.
 func TestWarmupMustKnowShapes(t *testing.T) {
 	b := openBackend(t, batchBuckets(t, "batch=1,2"))
-	src := []serve.ModelSource{{Path: modelsDir + "/bert_tiny.onnx", Config: testCfg}}
-	_, err := serve.New(context.Background(), serve.Options{Backend: b, Models: src, Logger: quietLogger(t), Version: "test"})
-	if err == nil || !strings.Contains(err.Error(), `dimension "sequence" has no configured sizes`) || !strings.Contains(err.Error(), "--allow-compile") {
-		t.Fatalf("bert_tiny without sequence sizes: %v", err)
+	for _, c := range []struct{ model, says string }{
+		{"bert_tiny", `model bert_tiny (../testdata/models/bert_tiny.onnx): warm-up cannot know every shape a request may bring: dimension "sequence" has no configured sizes (add sequence=... to --buckets); nothing compiles after ready unless --allow-compile is given`},
+		{"quant_unet", `model quant_unet (../testdata/models/quant_unet.onnx): warm-up cannot know every shape a request may bring: dimensions "H" and "W" have no configured sizes (add H=...;W=... to --buckets)`},
+	} {
+		src := []serve.ModelSource{{Name: c.model, Path: modelsDir + "/" + c.model + ".onnx", Config: testCfg}}
+		_, err := serve.New(context.Background(), serve.Options{Backend: b, Models: src, Logger: quietLogger(t), Version: "test"})
+		if err == nil || !strings.Contains(err.Error(), c.says) || errs.KindOf(err) != errs.InvalidArgument {
+			t.Fatalf("%s without sizes: %v\nwant %s", c.model, err, c.says)
+		}
+		src[0].Config.AllowCompile = true
+		s, err := serve.New(context.Background(), serve.Options{Backend: b, Models: src, Logger: quietLogger(t), Version: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = s.Close()
 	}
-	src[0].Config.AllowCompile = true
-	s, err := serve.New(context.Background(), serve.Options{Backend: b, Models: src, Logger: quietLogger(t), Version: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = s.Close()
 }

@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tensorbridge/tensorbridge/cluster"
 )
@@ -79,5 +84,70 @@ func TestDoctorClusterToken(t *testing.T) {
 	err := runDoctor(context.Background(), []string{"--cluster", "--no-metadata", "--cluster-token-file", filepath.Join(dir, "absent")}, &bytes.Buffer{}, io.Discard)
 	if !errors.Is(err, cluster.ErrConfig) && (err == nil || !bytes.Contains([]byte(err.Error()), []byte("absent"))) {
 		t.Errorf("absent token file: %v", err)
+	}
+}
+
+// The coordination service's flags reach the Security the backend and
+// doctor hand to the service: --cluster-insecure, --cluster-max-connections
+// and --cluster-idle-timeout (each unset by default, so that
+// $TENSORBRIDGE_CLUSTER_MAX_CONNECTIONS and $TENSORBRIDGE_CLUSTER_IDLE_TIMEOUT
+// stand, Bootstrap reading them); bad values are usage errors naming the
+// flag.
+func TestClusterServiceFlags(t *testing.T) {
+	t.Setenv(cluster.EnvTokenFile, "")
+	for _, c := range []struct {
+		args    []string
+		want    *cluster.Security
+		wantErr string
+	}{
+		{nil, nil, ""},
+		{[]string{"--cluster-insecure"}, &cluster.Security{Insecure: true}, ""},
+		{[]string{"--cluster-max-connections", "300", "--cluster-idle-timeout", "5s"}, &cluster.Security{MaxConnections: 300, IdleTimeout: 5 * time.Second}, ""},
+		{[]string{"--cluster-max-connections", "-1"}, &cluster.Security{MaxConnections: -1}, ""},
+		{[]string{"--cluster-max-connections", "-2"}, nil, "--cluster-max-connections"},
+		{[]string{"--cluster-idle-timeout", "-1s"}, nil, "--cluster-idle-timeout"},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		var f clusterAuthFlags
+		addClusterAuthFlags(fs, &f)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		sec, err := f.security()
+		if c.wantErr != "" {
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%v: %v, want a usage error naming %s", c.args, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(sec, c.want) {
+			t.Errorf("%v: %s (%v), want %s", c.args, serviceSettings(sec), err, serviceSettings(c.want))
+		}
+	}
+}
+
+func serviceSettings(s *cluster.Security) string {
+	if s == nil {
+		return "nil"
+	}
+	return fmt.Sprintf("insecure %v, max connections %d, idle timeout %s", s.Insecure, s.MaxConnections, s.IdleTimeout)
+}
+
+// doctor --cluster as process 0 of a job whose coordinator address other
+// machines reach refuses, without a token, to serve the coordination
+// service, naming --cluster-insecure; with it, it serves (and here waits
+// in vain for process 1, which is a timeout, not a refusal).
+func TestDoctorClusterInsecure(t *testing.T) {
+	t.Setenv(cluster.EnvTokenFile, "")
+	_, port, _ := net.SplitHostPort(loopbackAddr(t))
+	base := []string{"--cluster", "--no-metadata", "--coordinator", "tb-unresolvable.invalid:" + port, "--process-id", "0", "--num-processes", "2", "--cluster-timeout", "300ms"}
+	err := runDoctor(context.Background(), base, &bytes.Buffer{}, io.Discard)
+	if !errors.Is(err, cluster.ErrConfig) || !strings.Contains(err.Error(), "--cluster-insecure") {
+		t.Fatalf("without a token: %v, want the exposure config error", err)
+	}
+	err = runDoctor(context.Background(), append(base, "--cluster-insecure"), &bytes.Buffer{}, io.Discard)
+	if err == nil || errors.Is(err, cluster.ErrConfig) {
+		t.Fatalf("with --cluster-insecure: %v, want the join to time out", err)
 	}
 }

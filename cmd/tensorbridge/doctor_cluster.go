@@ -25,6 +25,7 @@ type clusterFlags struct {
 
 func addClusterFlags(fs interface {
 	StringVar(*string, string, string, string)
+	BoolVar(*bool, string, bool, string)
 	IntVar(*int, string, int, string)
 	DurationVar(*time.Duration, string, time.Duration, string)
 }, f *clusterFlags) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tensorbridge/tensorbridge"
 	"github.com/tensorbridge/tensorbridge/config"
+	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/llm"
 	"github.com/tensorbridge/tensorbridge/serve"
 )
@@ -102,7 +103,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usageErr("--tls-cert and --tls-key go together")
 		}
 		if tlsCfg, err = serve.TLSConfig(*tlsCert, *tlsKey, *tlsClientCA); err != nil {
-			return err
+			return cliError(err)
 		}
 	}
 	if *metricsPublic && *tokenFile == "" {
@@ -169,7 +170,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			IdleTimeout: *idleTimeout, MaxConnections: *maxConns, GRPCMaxStreams: *grpcStreams, GRPCMinPingInterval: *grpcPing},
 		TLS: tlsCfg, AuthTokenFile: *tokenFile, MetricsPublic: *metricsPublic})
 	if err != nil {
-		return err
+		return cliError(err)
 	}
 	defer s.Close()
 	var httpLn, grpcLn net.Listener
@@ -187,8 +188,37 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	if err := s.Run(ctx, httpLn, grpcLn); err != nil {
-		return err
+		return cliError(err)
 	}
 	log.Info("stopped")
 	return nil
 }
+
+// cliError drops the "tensorbridge serve" an *errs.Error of package serve
+// (Op "serve", "serve tls", "serve auth") opens its message with: main
+// already puts "tensorbridge serve: " before every error of the command.
+// The error keeps its chain for errors.Is and errors.As.
+func cliError(err error) error {
+	e, ok := err.(*errs.Error)
+	if !ok || e.Backend != "" || e.Err == nil {
+		return err
+	}
+	rest, ok := strings.CutPrefix(e.Op, "serve")
+	if !ok || rest != "" && rest[0] != ' ' {
+		return err
+	}
+	msg := e.Err.Error()
+	if rest = strings.TrimSpace(rest); rest != "" {
+		msg = rest + ": " + msg
+	}
+	return &commandError{msg: msg, err: err}
+}
+
+// commandError is err with another message.
+type commandError struct {
+	msg string
+	err error
+}
+
+func (e *commandError) Error() string { return e.msg }
+func (e *commandError) Unwrap() error { return e.err }

@@ -298,9 +298,27 @@ func (p Parameters) Bool(name string) (bool, bool, error) {
 	return b, true, nil
 }
 
+// CountError says a tensor's data holds another number of elements than
+// its shape: Got elements in Where (Bytes long, when Bytes > 0) against
+// the shape's Want.
+type CountError struct {
+	Want, Got int
+	Where     string // "JSON data", "typed contents"
+	Bytes     int
+}
+
+func (e *CountError) Error() string {
+	in := e.Where
+	if e.Bytes > 0 {
+		in = fmt.Sprintf("%d bytes of %s", e.Bytes, e.Where)
+	}
+	return fmt.Sprintf("%d elements in %s, but the shape holds %d", e.Got, in, e.Want)
+}
+
 // DecodeJSONData reads the "data" of a JSON tensor (a flat or nested array
 // of numbers, or of booleans for BOOL) into little-endian element bytes. It
-// checks that there are exactly n elements and that each fits datatype.
+// checks that there are exactly n elements (a *CountError otherwise) and
+// that each fits datatype.
 func DecodeJSONData(data []byte, datatype string, n int) ([]byte, error) {
 	size, ok := ElemSize(datatype)
 	if !ok {
@@ -308,54 +326,40 @@ func DecodeJSONData(data []byte, datatype string, n int) ([]byte, error) {
 	}
 	// Each element takes at least one byte and all but the last a
 	// separator: a shape claiming more than the data can hold is refused
-	// before anything is allocated for it, and the output never outgrows
-	// size bytes per two bytes of data.
+	// before anything is allocated for it (its elements only counted), and
+	// the output never outgrows size bytes per two bytes of data.
 	if n < 0 || n > (len(data)+1)/2 {
-		return nil, fmt.Errorf("the shape holds %d elements; %d bytes of JSON data cannot hold that many", n, len(data))
+		return nil, &CountError{Want: n, Got: countJSONElements(data), Where: "JSON data", Bytes: len(data)}
 	}
 	out := make([]byte, 0, n*size)
 	count := 0
 	depth := 0
 	seenArray := false
-	i := 0
-	for i < len(data) {
-		c := data[i]
-		switch {
-		case c == '[':
-			depth++
-			if depth > MaxDepth {
+	for i := 0; i < len(data); {
+		tok, j, d := nextJSONToken(data, i)
+		i = j
+		if d != 0 {
+			if depth += d; depth > MaxDepth {
 				return nil, fmt.Errorf("data nested deeper than %d levels", MaxDepth)
 			}
-			seenArray = true
-			i++
-			continue
-		case c == ']':
-			depth--
 			if depth < 0 {
-				return nil, fmt.Errorf("unbalanced ']' at byte %d", i)
+				return nil, fmt.Errorf("unbalanced ']' at byte %d", i-1)
 			}
-			i++
-			continue
-		case c == ',' || c == ' ' || c == '\n' || c == '\t' || c == '\r':
-			i++
+			seenArray = true
 			continue
 		}
-		j := i
-		for j < len(data) && data[j] != ',' && data[j] != ']' && data[j] != '[' &&
-			data[j] != ' ' && data[j] != '\n' && data[j] != '\t' && data[j] != '\r' {
-			j++
+		if len(tok) == 0 {
+			continue
 		}
-		tok := string(data[i:j])
 		if count == n {
-			return nil, fmt.Errorf("more than the %d elements the shape holds", n)
+			return nil, &CountError{Want: n, Got: n + countJSONElements(data[i:]) + 1, Where: "JSON data", Bytes: len(data)}
 		}
 		var err error
-		out, err = appendElement(out, datatype, tok)
+		out, err = appendElement(out, datatype, string(tok))
 		if err != nil {
 			return nil, fmt.Errorf("element %d: %w", count, err)
 		}
 		count++
-		i = j
 	}
 	if depth != 0 {
 		return nil, fmt.Errorf("unbalanced '['")
@@ -364,9 +368,43 @@ func DecodeJSONData(data []byte, datatype string, n int) ([]byte, error) {
 		return nil, fmt.Errorf("data is not an array")
 	}
 	if count != n {
-		return nil, fmt.Errorf("%d elements, but the shape holds %d", count, n)
+		return nil, &CountError{Want: n, Got: count, Where: "JSON data", Bytes: len(data)}
 	}
 	return out, nil
+}
+
+// nextJSONToken reads from data[i:] one bracket (d +1 for '[', -1 for
+// ']'), one separator (tok "", d 0), or one element's text (tok), and
+// returns where the next one starts.
+func nextJSONToken(data []byte, i int) (tok []byte, next, d int) {
+	switch c := data[i]; c {
+	case '[':
+		return nil, i + 1, 1
+	case ']':
+		return nil, i + 1, -1
+	case ',', ' ', '\n', '\t', '\r':
+		return nil, i + 1, 0
+	}
+	j := i
+	for j < len(data) && data[j] != ',' && data[j] != ']' && data[j] != '[' &&
+		data[j] != ' ' && data[j] != '\n' && data[j] != '\t' && data[j] != '\r' {
+		j++
+	}
+	return data[i:j], j, 0
+}
+
+// countJSONElements counts the element tokens of data without decoding
+// them (nor allocating for them), for a CountError.
+func countJSONElements(data []byte) int {
+	n := 0
+	for i := 0; i < len(data); {
+		tok, j, _ := nextJSONToken(data, i)
+		if len(tok) > 0 {
+			n++
+		}
+		i = j
+	}
+	return n
 }
 
 func appendElement(out []byte, datatype, tok string) ([]byte, error) {
