@@ -1,6 +1,10 @@
 package onnxpb
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/tensorbridge/tensorbridge/ir"
+)
 
 // Decoding is zero-copy for `bytes` fields: a Tensor's RawData and
 // StringData, an Attribute's S and Strings point into the buffer the model
@@ -9,9 +13,17 @@ import "bytes"
 // releases their payloads (ReleaseData) and then detaches the rest
 // (DetachBytes), so the file's bytes can be freed.
 
-// ReleaseData drops the tensor's element payload (raw and typed), keeping
-// its name, dtype and dims; external data references stay.
-func (t *Tensor) ReleaseData() {
+// ReleaseData drops the tensor's element payload (raw and typed) for
+// converted, the ir tensor an importer made of it (its ToIR result, which
+// must not be modified afterwards): ToIR returns converted from then on,
+// so a model built again from the same proto (a rewritten copy, a plan by
+// shape) reads the same values. Name, dtype, dims and external data
+// references stay. It does nothing to a STRING tensor (no ir form).
+func (t *Tensor) ReleaseData(converted *ir.Tensor) {
+	if converted == nil || t.DataType == String {
+		return
+	}
+	t.converted = converted
 	t.RawData, t.StringData = nil, nil
 	t.FloatData, t.Int32Data, t.Int64Data, t.DoubleData, t.Uint64Data = nil, nil, nil, nil, nil
 }

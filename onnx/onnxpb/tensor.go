@@ -558,6 +558,9 @@ var littleEndianHost = func() bool {
 // there). STRING tensors are refused with ErrUnsupported: GoMLX has no
 // string element type.
 func (t *Tensor) ToIR() (*ir.Tensor, error) {
+	if t.converted != nil {
+		return t.converted, nil
+	}
 	dt, ok := t.DataType.IRDType()
 	if !ok {
 		if t.DataType == String {

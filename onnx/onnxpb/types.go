@@ -1,5 +1,7 @@
 package onnxpb
 
+import "github.com/tensorbridge/tensorbridge/ir"
+
 // This file holds the Go mirror of the ONNX protobuf messages: onnx.proto as
 // on the ONNX main branch in 2025 (through IR version 11 fields, FLOAT8E8M0
 // and the 2-bit types), plus onnx-data.proto for test data. Field
@@ -260,6 +262,11 @@ type Tensor struct {
 	// relative to. ReadModel and ReadTensor set it; "" means the current
 	// directory.
 	BaseDir string
+
+	// converted is not part of ONNX: the tensor's values, once an importer
+	// has converted them and released the payload (ReleaseData); ToIR
+	// returns it.
+	converted *ir.Tensor
 }
 
 // SparseTensor mirrors SparseTensorProto (COO format).
