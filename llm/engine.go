@@ -23,6 +23,19 @@ type SamplingParams struct {
 	TopP        float32 // 0 or 1: off
 	MinP        float32 // 0: off
 	Seed        uint32
+	// Penalties and biases (penalty.go): PresencePenalty and
+	// FrequencyPenalty in [-2, 2] (0: off), over the generated tokens;
+	// RepetitionPenalty > 0 (0 or 1: off), over prompt and generated
+	// tokens; LogitBias adds to token ids' logits (at most MaxLogitBias
+	// entries, each in [-100, 100]).
+	PresencePenalty   float32
+	FrequencyPenalty  float32
+	RepetitionPenalty float32
+	LogitBias         map[int]float32
+	// MinTokens masks the stop ids (EOS unless IgnoreEOS, and StopIDs)
+	// and keeps stop strings from matching until that many tokens are
+	// generated.
+	MinTokens int
 }
 
 // Request is one generation.
@@ -31,7 +44,7 @@ type Request struct {
 	MaxTokens int // 0: up to the context length; more than it leaves is a *RequestError
 	Sampling  SamplingParams
 	// StopIDs end the sequence (besides the model's end-of-sequence ids
-	// unless IgnoreEOS); the stop token is reported.
+	// unless IgnoreEOS); the stop token is reported. At most MaxStopIDs.
 	StopIDs   []int
 	IgnoreEOS bool
 	// StopStrings end the sequence when the detokenized text contains one;
@@ -155,6 +168,8 @@ type seq struct {
 	detok   Detokenizer
 	text    strings.Builder // text not yet sent (stop-string hold-back)
 	stopAll []int
+	hist    []int // prompt and generated tokens (penalties)
+	biasIDs []int // the logit_bias ids, sorted
 }
 
 // NewEngine sizes the KV cache, compiles and warms every program, and
@@ -282,12 +297,12 @@ func (e *Engine) warmUp(ctx context.Context) error {
 	}
 	for _, b := range e.dBuckets {
 		for _, cb := range e.cBuckets {
-			exe, err := e.compileDecode(ctx, b, cb)
+			exe, err := e.compileDecode(ctx, b, cb, false)
 			if err != nil {
 				return err
 			}
-			e.decode[decodeKey{b, cb}] = exe
-			if _, _, err := e.runDecode(ctx, exe, b, cb, nil); err != nil {
+			e.decode[decodeKey{b, cb, false}] = exe
+			if _, _, err := e.runDecode(ctx, exe, b, cb, nil, false); err != nil {
 				return fmt.Errorf("llm: warming decode %d (context %d): %w", b, cb, err)
 			}
 		}
@@ -295,8 +310,27 @@ func (e *Engine) warmUp(ctx context.Context) error {
 	return nil
 }
 
-// decodeKey names a decode program: its batch and context buckets.
-type decodeKey struct{ batch, context int }
+// decodeKey names a decode program: its batch and context buckets, and
+// whether it applies penalties (compiled on first need: warm-up compiles
+// the programs without).
+type decodeKey struct {
+	batch, context int
+	pen            bool
+}
+
+// decodeProgram returns the decode program of key k, compiling it the
+// first time one is needed.
+func (e *Engine) decodeProgram(ctx context.Context, k decodeKey) (*tensorbridge.Executable, error) {
+	if exe := e.decode[k]; exe != nil {
+		return exe, nil
+	}
+	exe, err := e.compileDecode(ctx, k.batch, k.context, k.pen)
+	if err != nil {
+		return nil, err
+	}
+	e.decode[k] = exe
+	return exe, nil
+}
 
 // pow2Buckets is lo, 2lo, 4lo, ... up to max, ending with max itself
 // (just max when lo >= max).
@@ -349,6 +383,9 @@ func (e *Engine) Generate(ctx context.Context, r Request) (<-chan Token, error) 
 			return nil, &RequestError{Problem: fmt.Sprintf("token id %d outside the vocabulary (%d)", id, e.m.Config.Vocab)}
 		}
 	}
+	if err := checkPenalties(r.Sampling, r, e.m.Config.Vocab); err != nil {
+		return nil, err
+	}
 	if len(r.StopStrings) > 0 && e.opts.NewDetokenizer == nil {
 		return nil, &RequestError{Problem: fmt.Sprintf("%d stop string(s) given, but the engine has no detokenizer (EngineOptions.NewDetokenizer) to match them on the text", len(r.StopStrings)), Err: ErrNoDetokenizer}
 	}
@@ -365,6 +402,8 @@ func (e *Engine) Generate(ctx context.Context, r Request) (<-chan Token, error) 
 	if !r.IgnoreEOS {
 		s.stopAll = append(s.stopAll, e.m.Config.EOS...)
 	}
+	s.hist = slices.Clone(r.Prompt)
+	s.biasIDs = sortedBiasIDs(r.Sampling.LogitBias)
 	if e.opts.NewDetokenizer != nil {
 		s.detok = e.opts.NewDetokenizer()
 	}
@@ -453,7 +492,7 @@ func (e *Engine) loop() {
 			}
 			s.slot, free = free[len(free)-1], free[:len(free)-1]
 			p := e.bucketFor(len(s.req.Prompt))
-			tok, lp, err := e.runPrefill(ctx, e.prefill[p], p, s.req.Prompt, s.slot, row{s: s.req.Sampling})
+			tok, lp, err := e.runPrefill(ctx, e.prefill[p], p, s.req.Prompt, s.slot, s.row())
 			if err != nil {
 				finish(s, "error", err)
 				if e.cacheLost { // the running sequences' cache rows are gone too
@@ -492,13 +531,19 @@ func (e *Engine) loop() {
 		}
 		b := e.decodeBucket(len(active))
 		rows := make([]row, len(active))
-		top := 0
+		top, pen := 0, false
 		for i, s := range active {
-			rows[i] = row{token: s.last, pos: s.pos, slot: s.slot, s: s.req.Sampling, index: s.n}
+			rows[i] = s.row()
 			top = max(top, s.pos)
+			pen = pen || rows[i].needsPenalties()
 		}
 		cb := e.contextBucket(top)
-		toks, lps, err := e.runDecode(ctx, e.decode[decodeKey{b, cb}], b, cb, rows)
+		exe, err := e.decodeProgram(ctx, decodeKey{b, cb, pen})
+		var toks []int
+		var lps []float32
+		if err == nil {
+			toks, lps, err = e.runDecode(ctx, exe, b, cb, rows, pen)
+		}
 		e.cacheLost = false // every active sequence ends on err
 		kept = active[:0]
 		for i, s := range active {
@@ -515,6 +560,12 @@ func (e *Engine) loop() {
 		}
 		active = kept
 	}
+}
+
+// row is the sequence's inputs to its next program run.
+func (s *seq) row() row {
+	return row{token: s.last, pos: s.pos, slot: s.slot, s: s.req.Sampling, index: s.n,
+		hist: s.hist, plen: len(s.req.Prompt), biasIDs: s.biasIDs, stops: s.stopAll}
 }
 
 // drain ends every running and queued sequence on Close.
@@ -537,9 +588,15 @@ func (e *Engine) drain(active []*seq) {
 func (e *Engine) emit(s *seq, id int, lp float32) string {
 	s.n++
 	s.last = id
+	s.hist = append(s.hist, id)
 	stop := slices.Contains(s.stopAll, id)
 	t := Token{ID: id, Logprob: lp}
-	if s.detok != nil {
+	if s.detok != nil && s.n < s.req.Sampling.MinTokens {
+		// Stop strings do not match before min_tokens (as vLLM): the
+		// text goes out as it comes.
+		s.text.WriteString(s.detok.Add(id))
+		t.Text, s.text = s.text.String(), strings.Builder{}
+	} else if s.detok != nil {
 		s.text.WriteString(s.detok.Add(id))
 		full := s.text.String()
 		if cut := cutStop(full, s.req.StopStrings); len(cut) < len(full) {
@@ -632,11 +689,15 @@ func (e *Engine) contextBucket(pos int) int {
 func (e *Engine) runPrefill(ctx context.Context, exe *tensorbridge.Executable, p int, prompt []int, slot int, r row) (int, float32, error) {
 	ids := make([]int, p)
 	copy(ids, prompt)
+	k := e.biasWidth()
+	pb := buildPenalties([]row{r}, 1, 0, k)
 	var blocks []*ir.Tensor
 	for _, mk := range []func() (*ir.Tensor, error){
 		func() (*ir.Tensor, error) { return int32Tensor([]int{1, p}, ids) },
 		func() (*ir.Tensor, error) { return int32Tensor([]int{1}, []int{len(prompt)}) },
 		func() (*ir.Tensor, error) { return int32Tensor([]int{1}, []int{slot}) },
+		func() (*ir.Tensor, error) { return int32Tensor([]int{1, k}, pb.biasIDs) },
+		func() (*ir.Tensor, error) { return float32Tensor([]int{1, k}, pb.biasVals) },
 	} {
 		t, err := mk()
 		if err != nil {
@@ -645,7 +706,7 @@ func (e *Engine) runPrefill(ctx context.Context, exe *tensorbridge.Executable, p
 		}
 		blocks = append(blocks, t)
 	}
-	toks, lps, err := e.runStep(ctx, exe, blocks, []row{r}, 1)
+	toks, lps, err := e.runStep(ctx, exe, blocks, []row{r}, 1, true)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -655,7 +716,7 @@ func (e *Engine) runPrefill(ctx context.Context, exe *tensorbridge.Executable, p
 // runDecode runs one decode step of rows padded to b (padding rows write
 // to the scratch slot) with the program of context bucket cb, which every
 // row's position is below.
-func (e *Engine) runDecode(ctx context.Context, exe *tensorbridge.Executable, b, cb int, rows []row) ([]int, []float32, error) {
+func (e *Engine) runDecode(ctx context.Context, exe *tensorbridge.Executable, b, cb int, rows []row, pen bool) ([]int, []float32, error) {
 	tok, pos, slot := make([]int, b), make([]int, b), make([]int, b)
 	for i := range b {
 		slot[i], pos[i] = e.slots, i%cb // padding rows: scratch positions inside the bucket
@@ -663,12 +724,22 @@ func (e *Engine) runDecode(ctx context.Context, exe *tensorbridge.Executable, b,
 			tok[i], pos[i], slot[i] = rows[i].token, rows[i].pos, rows[i].slot
 		}
 	}
-	var blocks []*ir.Tensor
-	for _, mk := range []func() (*ir.Tensor, error){
+	makers := []func() (*ir.Tensor, error){
 		func() (*ir.Tensor, error) { return int32Tensor([]int{b, 1}, tok) },
 		func() (*ir.Tensor, error) { return int32Tensor([]int{b, 1}, pos) },
 		func() (*ir.Tensor, error) { return int32Tensor([]int{b}, slot) },
-	} {
+	}
+	if pen {
+		k := e.biasWidth()
+		pb := buildPenalties(rows, b, cb, k)
+		makers = append(makers,
+			func() (*ir.Tensor, error) { return int32Tensor([]int{b, k}, pb.biasIDs) },
+			func() (*ir.Tensor, error) { return float32Tensor([]int{b, k}, pb.biasVals) },
+			func() (*ir.Tensor, error) { return int32Tensor([]int{b, cb}, pb.hist) },
+			func() (*ir.Tensor, error) { return int32Tensor([]int{b}, pb.plen) })
+	}
+	var blocks []*ir.Tensor
+	for _, mk := range makers {
 		t, err := mk()
 		if err != nil {
 			freeAll(blocks)
@@ -676,5 +747,5 @@ func (e *Engine) runDecode(ctx context.Context, exe *tensorbridge.Executable, b,
 		}
 		blocks = append(blocks, t)
 	}
-	return e.runStep(ctx, exe, blocks, rows, b)
+	return e.runStep(ctx, exe, blocks, rows, b, pen)
 }

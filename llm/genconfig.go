@@ -23,6 +23,10 @@ type GenerationConfig struct {
 	TopK        int
 	TopP        float64
 	MinP        float64 // 0: unset
+	// RepetitionPenalty is transformers' repetition_penalty (0: unset,
+	// as 1: off); it applies whether or not the request samples, as in
+	// transformers' generate and vLLM's default sampling parameters.
+	RepetitionPenalty float64
 	// MaxNewTokens and MaxLength are 0 when the file does not set them.
 	// transformers' own default max_length (20) is not applied: a request
 	// that sets no limit and whose checkpoint sets none runs to the
@@ -48,7 +52,7 @@ const maxGenerationConfigBytes = 1 << 20
 var genImplemented = map[string]bool{
 	"do_sample": true, "temperature": true, "top_k": true, "top_p": true, "min_p": true,
 	"max_new_tokens": true, "max_length": true, "bos_token_id": true, "eos_token_id": true,
-	"pad_token_id": true,
+	"pad_token_id": true, "repetition_penalty": true,
 }
 
 // genHarmless are keys that never change the tokens generated here:
@@ -67,7 +71,7 @@ var genHarmless = map[string]bool{
 // neutral value (transformers' default, which disables them); the engine
 // implements none of them, so any other value is refused by name.
 var genNeutral = map[string]any{
-	"repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "num_beams": 1.0,
+	"encoder_repetition_penalty": 1.0, "num_beams": 1.0,
 	"num_beam_groups": 1.0, "diversity_penalty": 0.0, "no_repeat_ngram_size": 0.0,
 	"encoder_no_repeat_ngram_size": 0.0, "typical_p": 1.0, "epsilon_cutoff": 0.0,
 	"eta_cutoff": 0.0, "min_length": 0.0, "min_new_tokens": nil, "bad_words_ids": nil,
@@ -123,6 +127,7 @@ func parseGenerationConfig(path string, raw []byte) (*GenerationConfig, error) {
 		TopK         *int            `json:"top_k"`
 		TopP         *float64        `json:"top_p"`
 		MinP         *float64        `json:"min_p"`
+		RepPenalty   *float64        `json:"repetition_penalty"`
 		MaxNewTokens *int            `json:"max_new_tokens"`
 		MaxLength    *int            `json:"max_length"`
 		BOS          json.RawMessage `json:"bos_token_id"`
@@ -164,6 +169,14 @@ func parseGenerationConfig(path string, raw []byte) (*GenerationConfig, error) {
 			return nil, bad("min_p", *c.MinP, "in [0, 1]")
 		}
 		g.MinP = *c.MinP
+	}
+	if c.RepPenalty != nil {
+		// transformers' RepetitionPenaltyLogitsProcessor refuses a
+		// penalty that is not > 0.
+		if !(*c.RepPenalty > 0) || math.IsInf(*c.RepPenalty, 0) {
+			return nil, bad("repetition_penalty", *c.RepPenalty, "> 0 (1: off)")
+		}
+		g.RepetitionPenalty = *c.RepPenalty
 	}
 	if c.MaxNewTokens != nil {
 		if *c.MaxNewTokens < 1 {
@@ -249,6 +262,8 @@ type SamplingOptions struct {
 	TopP        *float64
 	MinP        *float64
 	Seed        uint32
+	// RepetitionPenalty (> 0; 1: off) overrides the checkpoint's.
+	RepetitionPenalty *float64
 }
 
 // Sampling resolves o against the generation defaults as transformers'
@@ -266,10 +281,18 @@ func (g *GenerationConfig) Sampling(o SamplingOptions) SamplingParams {
 	case g.DoSample:
 		temp = g.Temperature
 	}
-	if temp <= 0 {
-		return SamplingParams{Seed: o.Seed} // greedy: the filters do not apply
+	rep := g.RepetitionPenalty
+	if o.RepetitionPenalty != nil {
+		rep = *o.RepetitionPenalty
 	}
-	s := SamplingParams{Temperature: float32(temp), TopK: g.TopK, TopP: float32(g.TopP), MinP: float32(g.MinP), Seed: o.Seed}
+	if rep == 1 {
+		rep = 0 // off, as the zero value
+	}
+	if temp <= 0 {
+		// greedy: the filters do not apply, the penalty does
+		return SamplingParams{Seed: o.Seed, RepetitionPenalty: float32(rep)}
+	}
+	s := SamplingParams{Temperature: float32(temp), TopK: g.TopK, TopP: float32(g.TopP), MinP: float32(g.MinP), Seed: o.Seed, RepetitionPenalty: float32(rep)}
 	if o.TopK != nil {
 		s.TopK = *o.TopK
 	}

@@ -19,8 +19,7 @@ func ptr[T any](v T) *T { return &v }
 // output and are not implemented are refused by name.
 //
 // Injected fault: dropping the genNeutral check (treating every known key
-// as harmless) let "repetition_penalty": 1.05 and "num_beams": 4 load,
-// and these cases failed.
+// as harmless) let "num_beams": 4 load, and these cases failed.
 func TestGenerationConfig(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -35,10 +34,12 @@ func TestGenerationConfig(t *testing.T) {
 		{name: "fixture", json: `{"_from_model_config": true, "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2, "transformers_version": "4.51.3"}`,
 			want: &GenerationConfig{Temperature: 1, TopK: 50, TopP: 1, BOS: 0, Pad: 2, EOS: []int{1}}},
 		{name: "neutral values", json: `{"num_beams": 1, "repetition_penalty": 1.0, "typical_p": 1, "bad_words_ids": null, "renormalize_logits": false, "min_p": 0.05, "top_k": 20, "max_new_tokens": 256, "max_length": 4096}`,
-			want: &GenerationConfig{Temperature: 1, TopK: 20, TopP: 1, MinP: 0.05, MaxNewTokens: 256, MaxLength: 4096, BOS: -1, Pad: -1}},
+			want: &GenerationConfig{Temperature: 1, TopK: 20, TopP: 1, MinP: 0.05, RepetitionPenalty: 1, MaxNewTokens: 256, MaxLength: 4096, BOS: -1, Pad: -1}},
 		{name: "qwen2.5 instruct", // Qwen/Qwen2.5-7B-Instruct's file
-			json:  `{"bos_token_id": 151643, "pad_token_id": 151643, "do_sample": true, "eos_token_id": [151645, 151643], "repetition_penalty": 1.05, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "transformers_version": "4.37.0"}`,
-			field: "repetition_penalty"},
+			json: `{"bos_token_id": 151643, "pad_token_id": 151643, "do_sample": true, "eos_token_id": [151645, 151643], "repetition_penalty": 1.05, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "transformers_version": "4.37.0"}`,
+			want: &GenerationConfig{DoSample: true, Temperature: 0.7, TopK: 20, TopP: 0.8, RepetitionPenalty: 1.05, BOS: 151643, Pad: 151643, EOS: []int{151645, 151643}}},
+		{name: "bad repetition_penalty", json: `{"repetition_penalty": 0}`, err: "repetition_penalty = 0, want > 0"},
+		{name: "negative repetition_penalty", json: `{"repetition_penalty": -1.1}`, err: "repetition_penalty = -1.1"},
 		{name: "beams", json: `{"num_beams": 4}`, field: "num_beams"},
 		{name: "no repeat ngram", json: `{"no_repeat_ngram_size": 3}`, field: "no_repeat_ngram_size"},
 		{name: "suppress tokens", json: `{"suppress_tokens": [1, 2]}`, field: "suppress_tokens"},
@@ -75,6 +76,7 @@ func TestGenerationConfig(t *testing.T) {
 func TestGenerationDefaults(t *testing.T) {
 	llama3 := GenerationConfig{DoSample: true, Temperature: 0.6, TopK: 50, TopP: 0.9, BOS: -1, Pad: -1}
 	greedyCfg := GenerationConfig{Temperature: 0.7, TopK: 50, TopP: 0.8, BOS: -1, Pad: -1} // do_sample false
+	qwen := GenerationConfig{DoSample: true, Temperature: 0.7, TopK: 20, TopP: 0.8, RepetitionPenalty: 1.05, BOS: -1, Pad: -1}
 	for _, c := range []struct {
 		name string
 		g    GenerationConfig
@@ -87,8 +89,12 @@ func TestGenerationDefaults(t *testing.T) {
 		{"request top-k off, top-p 1", llama3, SamplingOptions{TopK: ptr(0), TopP: ptr(1.0), MinP: ptr(0.1)}, SamplingParams{Temperature: 0.6, TopP: 1, MinP: 0.1}},
 		{"do_sample false: greedy", greedyCfg, SamplingOptions{TopP: ptr(0.5)}, SamplingParams{}},
 		{"do_sample false, request samples", greedyCfg, SamplingOptions{Temperature: ptr(1.0)}, SamplingParams{Temperature: 1, TopK: 50, TopP: 0.8}},
+		{"checkpoint repetition penalty, greedy", qwen, SamplingOptions{Temperature: ptr(0.0)}, SamplingParams{RepetitionPenalty: 1.05}},
+		{"checkpoint repetition penalty, sampled", qwen, SamplingOptions{Seed: 2}, SamplingParams{Temperature: 0.7, TopK: 20, TopP: 0.8, Seed: 2, RepetitionPenalty: 1.05}},
+		{"request repetition penalty wins", qwen, SamplingOptions{Temperature: ptr(0.0), RepetitionPenalty: ptr(1.3)}, SamplingParams{RepetitionPenalty: 1.3}},
+		{"request repetition penalty 1: off", qwen, SamplingOptions{Temperature: ptr(0.0), RepetitionPenalty: ptr(1.0)}, SamplingParams{}},
 	} {
-		if got := c.g.Sampling(c.o); got != c.want {
+		if got := c.g.Sampling(c.o); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s: got %+v, want %+v", c.name, got, c.want)
 		}
 	}
@@ -134,18 +140,21 @@ func TestLoadConfigGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(cfg.EOS, []int{1, 7}) || cfg.BOS != 3 || !reflect.DeepEqual(cfg.Generation.EOS, []int{1, 7}) ||
-		cfg.Generation.Sampling(SamplingOptions{}) != (SamplingParams{Temperature: 0.5, TopK: 50, TopP: 1}) {
+		!reflect.DeepEqual(cfg.Generation.Sampling(SamplingOptions{}), SamplingParams{Temperature: 0.5, TopK: 50, TopP: 1}) {
 		t.Errorf("got EOS %v BOS %d generation %+v", cfg.EOS, cfg.BOS, cfg.Generation)
 	}
 	cfg, err = LoadConfig(write(""))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(cfg.EOS, []int{1}) || cfg.Generation.Sampling(SamplingOptions{}) != (SamplingParams{}) {
+	if !reflect.DeepEqual(cfg.EOS, []int{1}) || !reflect.DeepEqual(cfg.Generation.Sampling(SamplingOptions{}), SamplingParams{}) {
 		t.Errorf("no generation_config.json: EOS %v, sampling %+v; want [1], greedy", cfg.EOS, cfg.Generation.Sampling(SamplingOptions{}))
 	}
 	var ue *UnsupportedError
-	if _, err := LoadConfig(write(`{"repetition_penalty": 1.1}`)); !errors.As(err, &ue) || ue.Field != "repetition_penalty" {
+	if _, err := LoadConfig(write(`{"no_repeat_ngram_size": 2}`)); !errors.As(err, &ue) || ue.Field != "no_repeat_ngram_size" {
+		t.Errorf("no_repeat_ngram_size 2: got %v", err)
+	}
+	if c, err := LoadConfig(write(`{"repetition_penalty": 1.1}`)); err != nil || c.Generation.RepetitionPenalty != 1.1 {
 		t.Errorf("repetition_penalty 1.1: got %v", err)
 	}
 	if _, err := LoadConfig(write(`{"eos_token_id": [1, 99]}`)); err == nil || !strings.Contains(err.Error(), "eos token id 99") {

@@ -415,12 +415,12 @@ func (e *Engine) compileMeshProgram(ctx context.Context, name string, fn tensorb
 // cache shares and a copy of the blocks and sampling inputs; the sampled
 // tokens are read from device 0 and every device's new cache shares
 // replace its old.
-func (e *Engine) runStepMesh(ctx context.Context, exe *tensorbridge.Executable, blocks []*ir.Tensor, rows []row, n int) (toks []int, lps []float32, err error) {
+func (e *Engine) runStepMesh(ctx context.Context, exe *tensorbridge.Executable, blocks []*ir.Tensor, rows []row, n int, pen bool) (toks []int, lps []float32, err error) {
 	start := time.Now()
 	var inProgram time.Duration
 	defer func() { e.stats.add(time.Since(start), inProgram) }()
 	defer freeAll(blocks)
-	st, err := sampleTensors(rows, n)
+	st, err := sampleInputs(rows, n, pen)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -23,16 +23,31 @@ import (
 // each. decode(B, C): tokens [B, 1], positions [B, 1] (each below C),
 // slots [B], sampling [B] each; it attends to cache positions [0, C).
 
-// numSampleInputs is temperature, top-k, top-p, min-p, seed, index.
-const numSampleInputs = 6
+// numSampleInputs is temperature, top-k, top-p, min-p, seed, index,
+// and the repetition, frequency and presence penalties.
+const numSampleInputs = 9
+
+// numPlainSampleInputs are those of a program without penalties: the
+// first six.
+const numPlainSampleInputs = 6
 
 func sampleShapes(b int) []ir.Shape {
-	return []ir.Shape{ir.MakeShape(ir.Float32, b), ir.MakeShape(ir.Int32, b), ir.MakeShape(ir.Float32, b),
-		ir.MakeShape(ir.Float32, b), ir.MakeShape(ir.Int32, b), ir.MakeShape(ir.Int32, b)}
+	f, i := ir.MakeShape(ir.Float32, b), ir.MakeShape(ir.Int32, b)
+	return []ir.Shape{f, i, f, f, i, i, f, f, f}
 }
 
-func sampleNodes(in []*ir.Node) sampleParams {
-	return sampleParams{temp: in[0], topK: in[1], topP: in[2], minP: in[3], seed: in[4], index: in[5]}
+// sampleNodes reads the sampling inputs; pen carries the penalty blocks
+// (history and bias), to which the per-row penalties are added.
+func sampleNodes(in []*ir.Node, pen penaltyInputs) sampleParams {
+	if pen.on {
+		pen.rep, pen.freq, pen.pres = in[6], in[7], in[8]
+	}
+	return sampleParams{temp: in[0], topK: in[1], topP: in[2], minP: in[3], seed: in[4], index: in[5], pen: pen}
+}
+
+// biasShapes are the bias pairs' shapes for b rows of k pairs.
+func biasShapes(b, k int) []ir.Shape {
+	return []ir.Shape{ir.MakeShape(ir.Int32, b, k), ir.MakeShape(ir.Float32, b, k)}
 }
 
 // compilePrefill compiles the prefill program for prompts of up to p tokens.
@@ -41,6 +56,7 @@ func (e *Engine) compilePrefill(ctx context.Context, p int) (*tensorbridge.Execu
 	nw := numWeightParams(c)
 	shapes := append(e.m.weightShapes(), e.cacheShape, e.cacheShape,
 		ir.MakeShape(ir.Int32, 1, p), ir.MakeShape(ir.Int32, 1), ir.MakeShape(ir.Int32, 1))
+	shapes = append(shapes, biasShapes(1, e.biasWidth())...)
 	shapes = append(shapes, sampleShapes(1)...)
 	return e.compile(ctx, fmt.Sprintf("llm-prefill-%d", p), cacheDonation(nw), func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
 		w := newNetWeights(c, in)
@@ -50,25 +66,43 @@ func (e *Engine) compilePrefill(ctx context.Context, p int) (*tensorbridge.Execu
 		h, nk, nv := step(c, w, tokens, pos, &cacheIO{k: kc, v: vc, slots: slot, prefill: true, scatter: e.scatter})
 		last := Sub(Reshape(length, 1, 1), ConstAsDType(g, ir.Int32, 1))
 		hl := Gather(h, last) // [1, H]
-		tok, lp := sample(logits(w, hl), sampleNodes(in[nw+5:]))
+		// The history is the prompt itself, all of it prompt tokens.
+		pen := penaltyInputs{hist: tokens, plen: length, hlen: length, biasIDs: in[nw+5], biasVals: in[nw+6], on: true}
+		tok, lp := sample(logits(w, hl), sampleNodes(in[nw+7:], pen))
 		return []*ir.Node{tok, lp, nk, nv}, nil
 	}, shapes...)
 }
 
 // compileDecode compiles the decode program for b sequences whose
 // positions are all below the context bucket cb.
-func (e *Engine) compileDecode(ctx context.Context, b, cb int) (*tensorbridge.Executable, error) {
+func (e *Engine) compileDecode(ctx context.Context, b, cb int, pen bool) (*tensorbridge.Executable, error) {
 	c := e.m.Config
 	nw := numWeightParams(c)
 	shapes := append(e.m.weightShapes(), e.cacheShape, e.cacheShape,
 		ir.MakeShape(ir.Int32, b, 1), ir.MakeShape(ir.Int32, b, 1), ir.MakeShape(ir.Int32, b))
-	shapes = append(shapes, sampleShapes(b)...)
-	return e.compile(ctx, fmt.Sprintf("llm-decode-%d-ctx%d", b, cb), cacheDonation(nw), func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+	name := fmt.Sprintf("llm-decode-%d-ctx%d", b, cb)
+	if pen {
+		shapes = append(shapes, biasShapes(b, e.biasWidth())...)
+		shapes = append(shapes, ir.MakeShape(ir.Int32, b, cb), ir.MakeShape(ir.Int32, b))
+		shapes = append(shapes, sampleShapes(b)...)
+		name += "-penalties"
+	} else {
+		shapes = append(shapes, sampleShapes(b)[:numPlainSampleInputs]...)
+	}
+	return e.compile(ctx, name, cacheDonation(nw), func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
 		w := newNetWeights(c, in)
 		kc, vc := in[nw], in[nw+1]
 		tokens, pos, slots := in[nw+2], in[nw+3], in[nw+4]
 		h, nk, nv := step(c, w, tokens, pos, &cacheIO{k: kc, v: vc, slots: slots, ctx: cb, scatter: e.scatter})
-		tok, lp := sample(logits(w, h), sampleNodes(in[nw+5:]))
+		if !pen {
+			tok, lp := sample(logits(w, h), sampleNodes(in[nw+5:], penaltyInputs{}))
+			return []*ir.Node{tok, lp, nk, nv}, nil
+		}
+		// The history holds positions [0, pos]: the token fed at pos is
+		// the last one generated.
+		hlen := Add(Reshape(pos, b), ConstAsDType(g, ir.Int32, 1))
+		pi := penaltyInputs{biasIDs: in[nw+5], biasVals: in[nw+6], hist: in[nw+7], plen: in[nw+8], hlen: hlen, on: true}
+		tok, lp := sample(logits(w, h), sampleNodes(in[nw+9:], pi))
 		return []*ir.Node{tok, lp, nk, nv}, nil
 	}, shapes...)
 }
@@ -93,20 +127,36 @@ func (e *Engine) compile(ctx context.Context, name string, donate tensorbridge.D
 type row struct {
 	token, pos, slot int
 	s                SamplingParams
-	index            int // tokens generated so far: the draw's index
+	index            int   // tokens generated so far: the draw's index
+	hist             []int // prompt and generated tokens
+	plen             int   // prompt length
+	biasIDs          []int // the logit_bias ids, sorted
+	stops            []int // the ids min_tokens masks
 }
 
 // sampleTensors builds the sampling inputs for rows (padded to n).
+func sampleInputs(rows []row, n int, pen bool) ([]*ir.Tensor, error) {
+	st, err := sampleTensors(rows, n)
+	if err != nil || pen {
+		return st, err
+	}
+	freeAll(st[numPlainSampleInputs:])
+	return st[:numPlainSampleInputs], nil
+}
+
+// sampleTensors builds every sampling input, penalties included.
 func sampleTensors(rows []row, n int) ([]*ir.Tensor, error) {
 	temp, topP, minP := make([]float32, n), make([]float32, n), make([]float32, n)
 	topK, seed, idx := make([]int, n), make([]int, n), make([]int, n)
+	rep, freq, pres := make([]float32, n), make([]float32, n), make([]float32, n)
 	for i := range n {
-		topP[i] = 1
+		topP[i], rep[i] = 1, 1
 		if i >= len(rows) {
 			continue
 		}
 		s := rows[i].s
 		temp[i], topK[i], topP[i], minP[i], seed[i], idx[i] = s.Temperature, s.TopK, s.TopP, s.MinP, int(int32(s.Seed)), rows[i].index
+		rep[i], freq[i], pres[i] = s.repetition(), s.FrequencyPenalty, s.PresencePenalty
 		if s.TopP <= 0 || s.TopP > 1 {
 			topP[i] = 1
 		}
@@ -127,6 +177,9 @@ func sampleTensors(rows []row, n int) ([]*ir.Tensor, error) {
 		func() (*ir.Tensor, error) { return float32Tensor([]int{n}, minP) },
 		func() (*ir.Tensor, error) { return int32Tensor([]int{n}, seed) },
 		func() (*ir.Tensor, error) { return int32Tensor([]int{n}, idx) },
+		func() (*ir.Tensor, error) { return float32Tensor([]int{n}, rep) },
+		func() (*ir.Tensor, error) { return float32Tensor([]int{n}, freq) },
+		func() (*ir.Tensor, error) { return float32Tensor([]int{n}, pres) },
 	} {
 		if err := add(f()); err != nil {
 			return nil, err
@@ -141,14 +194,14 @@ func sampleTensors(rows []row, n int) ([]*ir.Tensor, error) {
 // donated); when it fails after that, the engine gets new zeroed caches
 // and cacheLost is set, so that every sequence holding state in them is
 // ended with the error.
-func (e *Engine) runStep(ctx context.Context, exe *tensorbridge.Executable, blocks []*ir.Tensor, rows []row, n int) (toks []int, lps []float32, err error) {
+func (e *Engine) runStep(ctx context.Context, exe *tensorbridge.Executable, blocks []*ir.Tensor, rows []row, n int, pen bool) (toks []int, lps []float32, err error) {
 	if e.m.tp != nil {
-		return e.runStepMesh(ctx, exe, blocks, rows, n)
+		return e.runStepMesh(ctx, exe, blocks, rows, n, pen)
 	}
 	start := time.Now()
 	var inProgram time.Duration
 	defer func() { e.stats.add(time.Since(start), inProgram) }()
-	st, err := sampleTensors(rows, n)
+	st, err := sampleInputs(rows, n, pen)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -3,6 +3,7 @@ package llm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -160,5 +161,84 @@ func checkPromptLogits(ctx context.Context, t *testing.T, m *Model, ref *referen
 		if worst > logitsTolerance*scale {
 			t.Errorf("prompt %d: logits differ by %g (relative %g > %g)", i, worst, worst/scale, logitsTolerance)
 		}
+	}
+}
+
+// penaltyReference is penalties.json: greedy ids under transformers'
+// logits processors (scripts/gen-llm-fixtures.py, PENALTY_CASES).
+type penaltyReference struct {
+	References []struct {
+		PromptIDs []int `json:"prompt_ids"`
+		Settings  struct {
+			RepetitionPenalty float32              `json:"repetition_penalty"`
+			SequenceBias      [][2]json.RawMessage `json:"sequence_bias"` // [[id], value] pairs
+			MinNewTokens      int                  `json:"min_new_tokens"`
+		} `json:"settings"`
+		TokenIDs []int `json:"token_ids"`
+	} `json:"references"`
+}
+
+// TestPenaltiesAgainstTransformers: greedy generation with
+// repetition_penalty, logit_bias (transformers' single-token
+// sequence_bias) and min_tokens (min_new_tokens) gives transformers'
+// token ids exactly, every case running at once in the batch.
+//
+// Injected faults: the repetition penalty over the generated tokens only
+// (seen := count > 0) fails the repetition cases; the min_tokens mask
+// off by one (r.index+1 < MinTokens) ends the min_new_tokens case a
+// token early.
+func TestPenaltiesAgainstTransformers(t *testing.T) {
+	root := fixtureDir(t)
+	b := testBackend(t)
+	ctx := context.Background()
+	for _, name := range fixtureModels {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(root, name)
+			raw, err := os.ReadFile(filepath.Join(dir, "penalties.json"))
+			if err != nil {
+				testreq.Skipf(t, "penalty references not installed (re-run scripts/setup-llm-fixtures.sh): %v", err)
+			}
+			var ref penaltyReference
+			if err := json.Unmarshal(raw, &ref); err != nil {
+				t.Fatal(err)
+			}
+			m, err := Load(ctx, b, dir, LoadOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			e, err := NewEngine(ctx, m, EngineOptions{MaxSequences: 4, MinPrefill: 16, MinDecodeContext: 16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			chans := make([]<-chan Token, len(ref.References))
+			for i, r := range ref.References {
+				s := SamplingParams{RepetitionPenalty: r.Settings.RepetitionPenalty, MinTokens: r.Settings.MinNewTokens}
+				for _, pair := range r.Settings.SequenceBias {
+					var ids []int
+					var v float64
+					if err := errors.Join(json.Unmarshal(pair[0], &ids), json.Unmarshal(pair[1], &v)); err != nil || len(ids) != 1 {
+						t.Fatalf("sequence_bias %s: %v", pair, err)
+					}
+					if s.LogitBias == nil {
+						s.LogitBias = map[int]float32{}
+					}
+					s.LogitBias[ids[0]] = float32(v)
+				}
+				if chans[i], err = e.Generate(ctx, Request{Prompt: r.PromptIDs, MaxTokens: 24, Sampling: s}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, r := range ref.References {
+				got, finish, err := collect(chans[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got, r.TokenIDs) {
+					t.Errorf("case %d (%+v): got %v, transformers %v (finish %s)", i, r.Settings, got, r.TokenIDs, finish)
+				}
+			}
+		})
 	}
 }

@@ -20,13 +20,18 @@ import (
 
 const searchSteps = 24
 
-// sampleParams are a program's per-row sampling inputs, each [B].
+// sampleParams are a program's per-row sampling inputs, each [B], and
+// the penalties' inputs (penalize).
 type sampleParams struct {
 	temp, topK, topP, minP, seed, index *Node
+	pen                                 penaltyInputs
 }
 
 // sample returns the chosen token [B] int32 and its log-probability under
-// the model's unfiltered distribution [B] float32.
+// the model's raw distribution (log-softmax of lg, before penalties,
+// biases and filters, as vLLM reports by default) [B] float32. The
+// penalties and biases (penalize) come first, then temperature and the
+// filters; greedy is the argmax of the penalized logits.
 func sample(lg *Node, sp sampleParams) (tok, logprob *Node) {
 	g := lg.Graph()
 	b, vsz := lg.Shape().Dimensions[0], lg.Shape().Dimensions[1]
@@ -34,17 +39,26 @@ func sample(lg *Node, sp sampleParams) (tok, logprob *Node) {
 	col := func(x *Node) *Node { return BroadcastToDims(Reshape(x, b, 1), b, vsz) }
 	negInf := BroadcastToDims(f32(math.Inf(-1)), b, vsz)
 
-	greedy := ArgMax(lg, -1, ir.Int32)
+	pl := lg
+	if sp.pen.on {
+		pl = penalize(lg, sp.pen)
+	}
+	greedy := ArgMax(pl, -1, ir.Int32)
 
 	temp := Max(sp.temp, f32(1e-6))
-	x := Div(lg, col(temp))
+	x := Div(pl, col(temp))
 	// top-k: keep values >= the k-th largest.
 	// The count is summed in float32, exact below 2²⁴ entries (every
 	// vocabulary), so that it fuses with the comparison on every backend
 	// (the cpu engine's fused loops and reductions are float32's).
+	// The search starts at the smallest finite value: entries masked to
+	// -inf (min_tokens) would leave the bisection stuck at -inf.
 	k := sp.topK
 	kf := ConvertDType(k, ir.Float32)
-	lo, hi := ReduceMin(x, -1), ReduceMax(x, -1)
+	hi, lo := ReduceMax(x, -1), ReduceMin(x, -1)
+	if sp.pen.on {
+		lo = ReduceMin(Where(GreaterThan(x, negInf), x, col(hi)), -1)
+	}
 	for range searchSteps {
 		mid := Div(Add(lo, hi), f32(2))
 		cnt := ReduceSum(ConvertDType(GreaterOrEqual(x, col(mid)), ir.Float32), -1)

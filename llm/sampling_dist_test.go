@@ -1,15 +1,10 @@
 package llm
 
 import (
-	"context"
-	"fmt"
 	"math"
 	"slices"
 	"sort"
 	"testing"
-
-	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:staticcheck
-	"github.com/tensorbridge/tensorbridge/ir"
 )
 
 // The statistical check of the device sampler (sample in sample.go): many
@@ -138,47 +133,12 @@ func targetDist(logits []float64, c samplerCase, minPFirst bool) []float64 {
 // token of that stream). It returns the drawn ids, row by row.
 func drawSamples(t *testing.T, logits []float64, cs []samplerCase, seeds []uint32, n int) []int {
 	t.Helper()
-	b := testBackend(t)
-	ctx := context.Background()
-	v, rows := len(logits), len(cs)*n
-	exe, err := b.Compile(ctx, fmt.Sprintf("llm-sample-dist-%d-%d", rows, v), func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
-		lg := BroadcastToDims(Reshape(in[0], 1, v), rows, v)
-		tok, _ := sample(lg, sampleNodes(in[1:]))
-		return []*ir.Node{tok}, nil
-	}, append([]ir.Shape{ir.MakeShape(ir.Float32, v)}, sampleShapes(rows)...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer exe.Close()
-	lg := make([]float32, v)
-	for i, x := range logits {
-		lg[i] = float32(x)
-	}
-	rs := make([]row, rows)
+	rs := make([]row, len(cs)*n)
 	for r := range rs {
 		c := cs[r/n]
 		rs[r] = row{s: SamplingParams{Temperature: float32(c.temp), TopK: c.topK, TopP: float32(c.topP), MinP: float32(c.minP), Seed: seeds[r/n]}, index: r % n}
 	}
-	lt, err := float32Tensor([]int{v}, lg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sampleTensors(rs, rows)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := append([]*ir.Tensor{lt}, st...)
-	defer freeAll(in)
-	outs, err := exe.Run(ctx, in...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer freeAll(outs)
-	ids, err := int32s(outs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ids
+	return deviceSample(t, logits, rs, 1)
 }
 
 // chiSquare is Pearson's statistic of counts against probabilities p over

@@ -9,7 +9,10 @@ embeddings and q/k/v biases; Qwen3 with q/k norms and head_dim != hidden /
 heads) it writes OUT/<name>/ with save_pretrained (safetensors), a BPE
 tokenizer trained with `tokenizers`, and reference.json: for several
 prompts, the prompt ids, greedy generate()'s new token ids (float32,
-do_sample=False) and the prompt's logits.
+do_sample=False) and the prompt's logits; and penalties.json: greedy ids
+under transformers' logits processors for repetition_penalty,
+sequence_bias (single-token biases: OpenAI's logit_bias) and
+min_new_tokens (the min_tokens of the serving APIs).
 
 usage: gen-llm-fixtures.py OUT [NAME...]   (NAME: only that checkpoint, e.g. llama-tp4)
 """
@@ -72,6 +75,35 @@ def configs(vocab):
     }
 
 
+# Penalty references: generate() keyword arguments (JSON-able: a bias
+# is [[token id], value], transformers' list form of sequence_bias).
+PENALTY_CASES = [
+    {"repetition_penalty": 1.3},
+    {"repetition_penalty": 0.7},
+    {"repetition_penalty": 1.2, "sequence_bias": [[[5], 3.0], [[40], -2.5], [[100], 4.0]]},
+    # EOS (1) pushed up, held off until min_new_tokens.
+    {"min_new_tokens": 5, "sequence_bias": [[[1], 30.0]]},
+]
+PENALTY_NEW_TOKENS = 24
+
+
+def penalty_refs(model, tokenizer):
+    refs = []
+    for text in PROMPTS[:2]:
+        ids = tokenizer.encode(text)
+        inp = torch.tensor([ids])
+        for case in PENALTY_CASES:
+            kw = dict(case)
+            if "sequence_bias" in kw:
+                kw["sequence_bias"] = {tuple(k): v for k, v in kw["sequence_bias"]}
+            with torch.no_grad():
+                gen = model.generate(inp, attention_mask=torch.ones_like(inp), do_sample=False,
+                                     max_new_tokens=PENALTY_NEW_TOKENS, pad_token_id=2, **kw)[0, len(ids):].tolist()
+            refs.append({"prompt_ids": ids, "settings": case, "token_ids": gen,
+                         "decoded": tokenizer.decode(gen, skip_special_tokens=True)})
+    return refs
+
+
 def main(out, only=()):
     torch.manual_seed(0)
     tokenizer = train_tokenizer()
@@ -111,6 +143,8 @@ def main(out, only=()):
         with open(os.path.join(d, "reference.json"), "w") as f:
             json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
                        "new_tokens": NEW_TOKENS, "references": refs}, f)
+        with open(os.path.join(d, "penalties.json"), "w") as f:
+            json.dump({"transformers": transformers.__version__, "references": penalty_refs(model, tokenizer)}, f)
         print(name, "ok", [len(r["token_ids"]) for r in refs])
 
 

@@ -2,8 +2,10 @@
 # End-to-end test of `tensorbridge serve CHECKPOINT_DIR` with the real
 # openai Python client: builds the binary, serves the qwen2 test
 # checkpoint (scripts/setup-llm-fixtures.sh makes it) on a 127.0.0.1 port
-# the kernel picks, runs scripts/openai_e2e.py (greedy texts against
-# transformers', streaming, stop strings, max_tokens, seeds, bad requests),
+# the kernel picks, runs scripts/openai_e2e.py (greedy texts, and greedy
+# ids under penalties and logit_bias, against
+# transformers', streaming, usage and include_usage, stop strings,
+# max_tokens, seeds, bad requests),
 # which sends SIGTERM with a stream running; the server must then exit 0
 # within 15 s. Loopback only; every step is bounded in time.
 #

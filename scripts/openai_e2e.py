@@ -101,6 +101,43 @@ def sampled(seed):
 a, b = sampled(1234), sampled(1234)
 check("seed reproducible", a == b, (a, b))
 
+# Usage: on whole answers; in a stream only with include_usage (a last
+# chunk with no choices), every other chunk's usage null.
+chunks = list(client.completions.create(model=name, prompt=refs[0]["text"], max_tokens=4, temperature=0, stream=True))
+check("stream without include_usage has no usage", chunks and all(c.usage is None and len(c.choices) == 1 for c in chunks),
+      chunks[-1:] if chunks else "no chunks")
+chunks = list(client.completions.create(model=name, prompt=refs[0]["text"], max_tokens=4, temperature=0, stream=True,
+                                        stream_options={"include_usage": True}))
+last = chunks[-1]
+check("include_usage: last chunk", last.choices == [] and last.usage is not None and last.usage.completion_tokens == 4
+      and last.usage.total_tokens == last.usage.prompt_tokens + 4, last)
+
+# Penalties (vLLM's extra fields in extra_body, OpenAI's logit_bias):
+# transformers' greedy ids under the same logits processors
+# (penalties.json, decoded by transformers' tokenizer), prompts as ids.
+with open(os.path.join(args.checkpoint, "penalties.json")) as f:
+    pen_refs = json.load(f)["references"]
+for i, pref in enumerate(pen_refs):
+    st = pref["settings"]
+    extra, kw = {}, {}
+    if "repetition_penalty" in st:
+        extra["repetition_penalty"] = st["repetition_penalty"]
+    if "min_new_tokens" in st:
+        extra["min_tokens"] = st["min_new_tokens"]
+    if "sequence_bias" in st:
+        kw["logit_bias"] = {str(ids[0]): v for ids, v in st["sequence_bias"]}
+    r = client.completions.create(model=name, prompt=pref["prompt_ids"], max_tokens=24, temperature=0,
+                                  extra_body=extra, **kw)
+    check(f"penalties {i} {st}: transformers' text and token count",
+          r.choices[0].text == pref["decoded"] and r.usage.completion_tokens == len(pref["token_ids"]),
+          (r.choices[0].text, pref["decoded"], r.usage))
+    streamed_text = "".join(c.choices[0].text for c in client.completions.create(
+        model=name, prompt=pref["prompt_ids"], max_tokens=24, temperature=0, stream=True, extra_body=extra, **kw) if c.choices)
+    check(f"penalties {i} streamed equals whole", streamed_text == r.choices[0].text, (streamed_text, r.choices[0].text))
+r = client.completions.create(model=name, prompt=refs[0]["text"], max_tokens=8, temperature=0, frequency_penalty=2.0,
+                              presence_penalty=2.0)
+check("frequency and presence penalties accepted", len(r.choices) == 1 and r.usage.completion_tokens >= 1, r)
+
 # Bad requests: 4xx with a message.
 def refused(what, status, fn):
     try:
@@ -115,6 +152,9 @@ refused("unknown model 404", 404, lambda: client.completions.create(model="nosuc
 refused("negative max_tokens 400", 400, lambda: client.completions.create(model=name, prompt="x", max_tokens=-1))
 refused("max_tokens past the context 400", 400, lambda: client.completions.create(model=name, prompt="x", max_tokens=100000))
 refused("prompt longer than the context 400", 400, lambda: client.completions.create(model=name, prompt="hello world " * 300, max_tokens=2))
+refused("presence_penalty 3 400", 400, lambda: client.completions.create(model=name, prompt="x", presence_penalty=3))
+refused("logit_bias outside the vocabulary 400", 400, lambda: client.completions.create(model=name, prompt="x", logit_bias={"999999": 1}))
+refused("negative repetition_penalty 400", 400, lambda: client.completions.create(model=name, prompt="x", extra_body={"repetition_penalty": -1}))
 refused("chat n=2 400", 400, lambda: client.chat.completions.create(model=name, messages=[{"role": "user", "content": "x"}], n=2))
 
 # SIGTERM while a stream runs: the stream ends properly (finished, or

@@ -146,6 +146,7 @@ type oaiRequest struct {
 	Echo        bool            `json:"echo"`
 	BestOf      *int64          `json:"best_of"`
 	sampling
+	oaiExtras
 }
 
 // chatMessage is one message; content is a string or a list of text parts.
@@ -321,13 +322,21 @@ func (s *Server) oaiGenerate(w http.ResponseWriter, r *http.Request, chat bool) 
 		fail(err)
 		return
 	}
+	includeUsage, err := q.includeUsage()
+	if err != nil {
+		fail(err)
+		return
+	}
 	req, err := q.sampling.toRequest(g, ids)
+	if err == nil {
+		err = q.applyExtras(g, &req)
+	}
 	if err != nil {
 		fail(err)
 		return
 	}
 	res.done() // the body is no longer held
-	o := &oaiOut{s: s, g: g, w: w, rc: http.NewResponseController(w), chat: chat, logprobs: logprobs,
+	o := &oaiOut{s: s, g: g, w: w, rc: http.NewResponseController(w), chat: chat, logprobs: logprobs, includeUsage: includeUsage,
 		id: newID(map[bool]string{false: "cmpl-", true: "chatcmpl-"}[chat]), created: time.Now().Unix()}
 	_ = o.rc.SetWriteDeadline(time.Time{}) // set per write instead: generation outlasts the server's write timeout
 	defer o.cutWritesAtDrain()()
@@ -359,10 +368,13 @@ type oaiOut struct {
 	rc       *http.ResponseController
 	chat     bool
 	logprobs bool
-	id       string
-	created  int64
-	started  bool // stream headers written
-	roleSent bool
+	// includeUsage: stream_options.include_usage (a last chunk with the
+	// usage, "usage": null on the others).
+	includeUsage bool
+	id           string
+	created      int64
+	started      bool // stream headers written
+	roleSent     bool
 
 	text   strings.Builder
 	tokens []int
@@ -462,9 +474,7 @@ func (o *oaiOut) cutWritesAtDrain() func() bool {
 
 func (o *oaiOut) chunk(choices []any, u *usage) error {
 	m := map[string]any{"id": o.id, "object": o.object(), "created": o.created, "model": o.g.name, "choices": choices}
-	if u != nil {
-		m["usage"] = u
-	}
+	o.usageField(m, u)
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
@@ -483,11 +493,13 @@ func (o *oaiOut) streamEvent(ev genEvent) error {
 	return o.chunk([]any{o.choice(ev.text, ev.ids, ev.logprob, ev.finish, false)}, nil)
 }
 
-// streamEnd sends the usage chunk (as stream_options.include_usage does:
-// no choices) and [DONE].
+// streamEnd sends the usage chunk when stream_options.include_usage
+// asks for it (OpenAI's shape: empty choices and the usage), then [DONE].
 func (o *oaiOut) streamEnd(st genStats) {
-	if err := o.chunk([]any{}, st.usage()); err != nil {
-		return
+	if o.includeUsage {
+		if err := o.chunk([]any{}, st.usage()); err != nil {
+			return
+		}
 	}
 	_ = o.sse([]byte("[DONE]"))
 }

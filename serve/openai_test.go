@@ -184,9 +184,10 @@ type oaiChunk struct {
 	Usage *oaiUsage `json:"usage"`
 }
 
-// streamed collects a streamed completion: its text, finish reason and
-// usage, checking that usage comes in a last chunk with no choices,
-// followed by [DONE].
+// streamed collects a streamed completion asked with
+// stream_options.include_usage: its text, finish reason and usage,
+// checking that usage comes in a last chunk with no choices, followed by
+// [DONE], and that every other chunk has "usage": null (OpenAI's shape).
 func streamed(t testing.TB, resp *http.Response) (text, finish string, u oaiUsage) {
 	t.Helper()
 	defer resp.Body.Close()
@@ -214,8 +215,10 @@ func streamed(t testing.TB, resp *http.Response) (text, finish string, u oaiUsag
 			u = *c.Usage
 			continue
 		}
-		if len(c.Choices) != 1 || c.Usage != nil {
-			t.Fatalf("event %d: want one choice and no usage: %s", i, e)
+		var raw map[string]json.RawMessage
+		_ = json.Unmarshal([]byte(e), &raw)
+		if len(c.Choices) != 1 || string(raw["usage"]) != "null" {
+			t.Fatalf("event %d: want one choice and \"usage\": null: %s", i, e)
 		}
 		ch := c.Choices[0]
 		b.WriteString(ch.Text + ch.Delta.Content)
@@ -268,7 +271,7 @@ func TestOpenAIGreedyMatchesTransformers(t *testing.T) {
 			}
 		})
 		t.Run(fmt.Sprintf("%d/stream", i), func(t *testing.T) {
-			text, fin, u := streamed(t, postJSON(t, gs.url+endpoint, body+`,"stream":true}`))
+			text, fin, u := streamed(t, postJSON(t, gs.url+endpoint, body+`,"stream":true,"stream_options":{"include_usage":true}}`))
 			if text != ref.Decoded || fin != finish || u != wantUsage {
 				t.Errorf("got %q %s %+v, want %q %s %+v", text, fin, u, ref.Decoded, finish, wantUsage)
 			}
@@ -322,6 +325,9 @@ func TestOpenAIStopAndSeed(t *testing.T) {
 	}
 	for _, stream := range []bool{false, true} {
 		body := fmt.Sprintf(`{"model":%q,"prompt":%q,"max_tokens":48,"temperature":0,"stop":["zzzz",%q],"stream":%v}`, gs.name, ref.Text, stop, stream)
+		if stream {
+			body = body[:len(body)-1] + `,"stream_options":{"include_usage":true}}`
+		}
 		var text, finish string
 		if stream {
 			text, finish, _ = streamed(t, postJSON(t, gs.url+"/v1/completions", body))
@@ -555,7 +561,7 @@ func TestOpenAIAuth(t *testing.T) {
 func TestOpenAIDrain(t *testing.T) {
 	f := loadLLMFixture(t, "qwen2")
 	gs := startGen(t, f, serve.Options{StreamDrainTimeout: time.Millisecond})
-	resp := postJSON(t, gs.url+"/v1/completions", `{"model":"qwen2","prompt":"hello","max_tokens":120,"temperature":1,"ignore_eos":true,"stream":true}`)
+	resp := postJSON(t, gs.url+"/v1/completions", `{"model":"qwen2","prompt":"hello","max_tokens":120,"temperature":1,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`)
 	br := bufio.NewReader(resp.Body)
 	first, err := br.ReadString('\n')
 	if err != nil || !strings.HasPrefix(first, "data: ") {

@@ -14,7 +14,7 @@ import (
 // greedy (transformers' generate ids); do_sample with top_k 1 from the
 // file is greedy too (with the file's top_k ignored, temperature 1 would
 // sample other tokens); max_new_tokens from the file bounds the output;
-// repetition_penalty 1.2 is refused by name.
+// no_repeat_ngram_size 3 (not implemented) is refused by name.
 //
 // Injected fault: GenerationConfig.Sampling dropping the file's top_k
 // (TopK: 0) made "do_sample, top_k 1" sample other tokens and fail.
@@ -57,7 +57,7 @@ func TestGenerateDefaults(t *testing.T) {
 		{"fixture's file: greedy", src, []string{"--max-tokens", "48"}, r.TokenIDs, ""},
 		{"do_sample, top_k 1", withGen(`{"do_sample": true, "top_k": 1, "eos_token_id": 1}`), []string{"--max-tokens", "48", "--seed", "5"}, r.TokenIDs, ""},
 		{"max_new_tokens", withGen(`{"max_new_tokens": 5, "eos_token_id": 1}`), nil, r.TokenIDs[:5], ""},
-		{"repetition_penalty", withGen(`{"repetition_penalty": 1.2}`), []string{"--max-tokens", "4"}, nil, "repetition_penalty"},
+		{"no_repeat_ngram_size", withGen(`{"no_repeat_ngram_size": 3}`), []string{"--max-tokens", "4"}, nil, "no_repeat_ngram_size"},
 	} {
 		args := append([]string{"generate", c.dir, "--prompt", r.Text, "--json", "--backend", backend}, c.flags...)
 		code, out, errOut := run(t, args...)
