@@ -420,7 +420,7 @@ func (e *Engine) runStepMesh(ctx context.Context, exe *tensorbridge.Executable, 
 	var inProgram time.Duration
 	defer func() { e.stats.add(time.Since(start), inProgram) }()
 	defer freeAll(blocks)
-	st, err := sampleInputs(rows, n, pen)
+	st, err := sampleTensors(rows, n, pen)
 	if err != nil {
 		return nil, nil, err
 	}

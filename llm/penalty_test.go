@@ -39,28 +39,8 @@ func deviceSample(t *testing.T, logits []float64, rs []row, w int) []int {
 	for i, x := range logits {
 		lg[i] = float32(x)
 	}
-	pb := buildPenalties(rs, rows, w, k)
-	var in []*ir.Tensor
-	defer func() { freeAll(in) }()
-	for _, mk := range []func() (*ir.Tensor, error){
-		func() (*ir.Tensor, error) { return float32Tensor([]int{v}, lg) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{rows, k}, pb.biasIDs) },
-		func() (*ir.Tensor, error) { return float32Tensor([]int{rows, k}, pb.biasVals) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{rows, w}, pb.hist) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{rows}, pb.plen) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{rows}, pb.hlen) },
-	} {
-		x, err := mk()
-		if err != nil {
-			t.Fatal(err)
-		}
-		in = append(in, x)
-	}
-	st, err := sampleTensors(rs, rows)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in = append(in, st...)
+	in := penaltyTestInputs(t, []int{v}, lg, rs, w, k)
+	defer freeAll(in)
 	outs, err := exe.Run(ctx, in...)
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +51,37 @@ func deviceSample(t *testing.T, logits []float64, rs []row, w int) []int {
 		t.Fatal(err)
 	}
 	return ids
+}
+
+// penaltyTestInputs builds the test programs' inputs: the logits (of
+// dims), the rows' bias pairs (k per row) and histories (padded to w), and
+// their sampling inputs with penalties.
+func penaltyTestInputs(t *testing.T, dims []int, logits []float32, rs []row, w, k int) []*ir.Tensor {
+	t.Helper()
+	rows := len(rs)
+	pb := buildPenalties(rs, rows, w, k)
+	var in []*ir.Tensor
+	for _, mk := range []func() (*ir.Tensor, error){
+		func() (*ir.Tensor, error) { return float32Tensor(dims, logits) },
+		func() (*ir.Tensor, error) { return int32Tensor([]int{rows, k}, pb.biasIDs) },
+		func() (*ir.Tensor, error) { return float32Tensor([]int{rows, k}, pb.biasVals) },
+		func() (*ir.Tensor, error) { return int32Tensor([]int{rows, w}, pb.hist) },
+		func() (*ir.Tensor, error) { return int32Tensor([]int{rows}, pb.plen) },
+		func() (*ir.Tensor, error) { return int32Tensor([]int{rows}, pb.hlen) },
+	} {
+		x, err := mk()
+		if err != nil {
+			freeAll(in)
+			t.Fatal(err)
+		}
+		in = append(in, x)
+	}
+	st, err := sampleTensors(rs, rows, true)
+	if err != nil {
+		freeAll(in)
+		t.Fatal(err)
+	}
+	return append(in, st...)
 }
 
 // penalizeOnDevice runs penalize over rows (one logits vector each) and
@@ -90,28 +101,8 @@ func penalizeOnDevice(t *testing.T, logits [][]float32, rs []row, w int) [][]flo
 		t.Fatal(err)
 	}
 	defer exe.Close()
-	pb := buildPenalties(rs, rows, w, k)
-	var in []*ir.Tensor
-	defer func() { freeAll(in) }()
-	for _, mk := range []func() (*ir.Tensor, error){
-		func() (*ir.Tensor, error) { return float32Tensor([]int{rows, v}, slices.Concat(logits...)) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{rows, k}, pb.biasIDs) },
-		func() (*ir.Tensor, error) { return float32Tensor([]int{rows, k}, pb.biasVals) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{rows, w}, pb.hist) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{rows}, pb.plen) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{rows}, pb.hlen) },
-	} {
-		x, err := mk()
-		if err != nil {
-			t.Fatal(err)
-		}
-		in = append(in, x)
-	}
-	st, err := sampleTensors(rs, rows)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in = append(in, st...)
+	in := penaltyTestInputs(t, []int{rows, v}, slices.Concat(logits...), rs, w, k)
+	defer freeAll(in)
 	outs, err := exe.Run(ctx, in...)
 	if err != nil {
 		t.Fatal(err)

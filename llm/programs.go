@@ -135,17 +135,9 @@ type row struct {
 }
 
 // sampleTensors builds the sampling inputs for rows (padded to n).
-func sampleInputs(rows []row, n int, pen bool) ([]*ir.Tensor, error) {
-	st, err := sampleTensors(rows, n)
-	if err != nil || pen {
-		return st, err
-	}
-	freeAll(st[numPlainSampleInputs:])
-	return st[:numPlainSampleInputs], nil
-}
-
-// sampleTensors builds every sampling input, penalties included.
-func sampleTensors(rows []row, n int) ([]*ir.Tensor, error) {
+// sampleTensors builds the sampling inputs: the first
+// numPlainSampleInputs, and the penalties too when pen.
+func sampleTensors(rows []row, n int, pen bool) ([]*ir.Tensor, error) {
 	temp, topP, minP := make([]float32, n), make([]float32, n), make([]float32, n)
 	topK, seed, idx := make([]int, n), make([]int, n), make([]int, n)
 	rep, freq, pres := make([]float32, n), make([]float32, n), make([]float32, n)
@@ -170,17 +162,21 @@ func sampleTensors(rows []row, n int) ([]*ir.Tensor, error) {
 		out = append(out, t)
 		return nil
 	}
-	for _, f := range []func() (*ir.Tensor, error){
+	makers := []func() (*ir.Tensor, error){
 		func() (*ir.Tensor, error) { return float32Tensor([]int{n}, temp) },
 		func() (*ir.Tensor, error) { return int32Tensor([]int{n}, topK) },
 		func() (*ir.Tensor, error) { return float32Tensor([]int{n}, topP) },
 		func() (*ir.Tensor, error) { return float32Tensor([]int{n}, minP) },
 		func() (*ir.Tensor, error) { return int32Tensor([]int{n}, seed) },
 		func() (*ir.Tensor, error) { return int32Tensor([]int{n}, idx) },
-		func() (*ir.Tensor, error) { return float32Tensor([]int{n}, rep) },
-		func() (*ir.Tensor, error) { return float32Tensor([]int{n}, freq) },
-		func() (*ir.Tensor, error) { return float32Tensor([]int{n}, pres) },
-	} {
+	}
+	if pen {
+		makers = append(makers,
+			func() (*ir.Tensor, error) { return float32Tensor([]int{n}, rep) },
+			func() (*ir.Tensor, error) { return float32Tensor([]int{n}, freq) },
+			func() (*ir.Tensor, error) { return float32Tensor([]int{n}, pres) })
+	}
+	for _, f := range makers {
 		if err := add(f()); err != nil {
 			return nil, err
 		}
@@ -201,7 +197,7 @@ func (e *Engine) runStep(ctx context.Context, exe *tensorbridge.Executable, bloc
 	start := time.Now()
 	var inProgram time.Duration
 	defer func() { e.stats.add(time.Since(start), inProgram) }()
-	st, err := sampleInputs(rows, n, pen)
+	st, err := sampleTensors(rows, n, pen)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -11,7 +11,8 @@ import (
 // value and ties as scatterPlan.scatter, and the sources added to a
 // position in window order, so the result is identical; the generic
 // path took 75 ms of a ResNet-18 training step (batch 8) for its one
-// 112×112 max pooling, this one under 10.
+// 112×112 max pooling (2 threads), this one about 26 ms (timed per step
+// in the same step).
 
 // planes returns the number of leading planes and true when sc is the
 // pooling case.
