@@ -59,7 +59,9 @@ func TrainOnDevice(n int) TrainerOption { return func(o *trainerOptions) { o.dev
 // Trainer trains a Model's weights. Its methods are safe for concurrent
 // use; steps run one at a time.
 type Trainer struct {
-	m           *Model
+	m           *Model    // the ONNX model trained, or nil with src
+	src         Trainable // the model trained when it is not an ONNX Model
+	consts      []*ir.Tensor
 	b           *Backend
 	cfg         train.Config
 	dev         int
@@ -270,7 +272,13 @@ func (t *Trainer) place(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		host, err := t.m.m.WeightValue(p.Name, t.spec)
+		var host *ir.Tensor
+		var err error
+		if t.src != nil {
+			host, err = t.src.TrainInitial(ctx, len(t.weights))
+		} else {
+			host, err = t.m.m.WeightValue(p.Name, t.spec)
+		}
 		if err != nil {
 			return err
 		}
@@ -426,8 +434,9 @@ func (t *Trainer) Step(ctx context.Context, batch map[string]*ir.Tensor) (StepRe
 	for _, s := range t.state {
 		args = append(args, s...)
 	}
+	args = append(args, t.consts...)
 	for _, mb := range micro {
-		a, err := ex.args(mb, t.cfg.Loss)
+		a, err := t.args(ex, mb)
 		if err != nil {
 			return StepResult{}, err
 		}
@@ -508,7 +517,7 @@ func (t *Trainer) Eval(ctx context.Context, batch map[string]*ir.Tensor) (float6
 	if err != nil {
 		return 0, err
 	}
-	args, err := ex.args(micro[0], t.cfg.Loss)
+	args, err := t.args(ex, micro[0])
 	if err != nil {
 		return 0, err
 	}
@@ -517,7 +526,8 @@ func (t *Trainer) Eval(ctx context.Context, batch map[string]*ir.Tensor) (float6
 		return 0, err
 	}
 	defer done()
-	outs, err := ex.exe.RunOnDevice(ctx, t.dev, append(append([]*ir.Tensor(nil), ws...), args...)...)
+	all := append(append(append([]*ir.Tensor(nil), ws...), t.consts...), args...)
+	outs, err := ex.exe.RunOnDevice(ctx, t.dev, all...)
 	if err != nil {
 		return 0, err
 	}

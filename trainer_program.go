@@ -18,18 +18,13 @@ import (
 // split checks the batch's names and sample counts and cuts it into k
 // micro-batches along the first axis.
 func (t *Trainer) split(batch map[string]*ir.Tensor, k int) ([]map[string]*ir.Tensor, error) {
-	want := map[string]bool{}
-	var names []string
-	for _, s := range t.m.m.Inputs() {
-		want[s.Name] = true
-		names = append(names, s.Name)
+	names, err := t.inputNames()
+	if err != nil {
+		return nil, err
 	}
-	if l := t.cfg.Loss; l.Kind != train.LossOutput {
-		if want[l.Target] {
-			return nil, &errs.InputError{Name: l.Target, Problem: "name", Expected: "labels or targets that are not a model input", Got: "a model input"}
-		}
-		want[l.Target] = true
-		names = append(names, l.Target)
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
 	}
 	n := -1
 	given := make([]string, 0, len(batch))
@@ -91,6 +86,9 @@ func sliceRows(t *ir.Tensor, from, to int) (*ir.Tensor, error) {
 // exec returns the compiled step (or evaluation) for this micro-batch's
 // shapes, compiling it the first time.
 func (t *Trainer) exec(ctx context.Context, mb map[string]*ir.Tensor, k int, eval bool) (*trainExec, error) {
+	if t.src != nil {
+		return t.sourceExec(ctx, mb, k, eval)
+	}
 	inputs := map[string]*ir.Tensor{}
 	for _, s := range t.m.m.Inputs() {
 		inputs[s.Name] = mb[s.Name]
@@ -135,10 +133,10 @@ func (t *Trainer) exec(ctx context.Context, mb map[string]*ir.Tensor, k int, eva
 // updates (the first outputs, in the same order): each step updates them
 // in place instead of allotting a second copy.
 func (t *Trainer) compile(ex *trainExec, k int, eval bool) (*Executable, error) {
-	name := "train:" + t.m.path
+	name := "train:" + t.name()
 	var donate Donation
 	if eval {
-		name = "eval:" + t.m.path
+		name = "eval:" + t.name()
 	} else {
 		donate = Donation{}
 		for i := range len(t.params) * (1 + len(t.slots)) {
@@ -164,6 +162,9 @@ func (t *Trainer) argShapes(ex *trainExec, k int, eval bool) []ir.Shape {
 				shapes = append(shapes, p.Shape)
 			}
 		}
+	}
+	for _, c := range t.consts {
+		shapes = append(shapes, c.Shape())
 	}
 	for range k {
 		for _, p := range ex.params {
@@ -197,6 +198,8 @@ func (t *Trainer) buildProgram(g *ir.Graph, in []*ir.Node, ex *trainExec, k int,
 		nodes.State = append(nodes.State, in[n*(1+s):n*(2+s)])
 	}
 	off := n * (1 + slots)
+	consts := in[off : off+len(t.consts)]
+	off += len(t.consts)
 	for b := range k {
 		mb := map[string]*ir.Node{}
 		for i, p := range ex.params {
@@ -206,6 +209,10 @@ func (t *Trainer) buildProgram(g *ir.Graph, in []*ir.Node, ex *trainExec, k int,
 			mb[ex.target.Name] = in[off+b*perBatch+len(ex.params)]
 		}
 		nodes.Batches = append(nodes.Batches, mb)
+	}
+	if eval && t.src != nil {
+		loss, err := t.src.TrainLoss(g, in[:n], consts, nodes.Batches[0])
+		return []*ir.Node{loss}, err
 	}
 	if eval {
 		all := map[string]*ir.Node{}
@@ -220,8 +227,12 @@ func (t *Trainer) buildProgram(g *ir.Graph, in []*ir.Node, ex *trainExec, k int,
 		return []*ir.Node{loss}, err
 	}
 	nodes.Hyper = in[len(in)-1]
-	out, err := train.BuildStep(g, train.StepSpec{Plan: ex.plan, Loss: t.cfg.Loss, Optimizer: t.cfg.Optimizer,
-		ClipGradNorm: t.cfg.ClipGradNorm, MicroBatches: k, GuardNonFinite: true}, nodes)
+	spec := train.StepSpec{Plan: ex.plan, Loss: t.cfg.Loss, Optimizer: t.cfg.Optimizer,
+		ClipGradNorm: t.cfg.ClipGradNorm, MicroBatches: k, GuardNonFinite: true}
+	if t.src != nil {
+		spec.Forward, spec.Weights = t.sourceForward(consts), t.params
+	}
+	out, err := train.BuildStep(g, spec, nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -231,6 +242,14 @@ func (t *Trainer) buildProgram(g *ir.Graph, in []*ir.Node, ex *trainExec, k int,
 		res = append(res, s...)
 	}
 	return append(res, out.Loss, out.GradNorm), nil
+}
+
+// args prepares one micro-batch's arguments.
+func (t *Trainer) args(ex *trainExec, mb map[string]*ir.Tensor) ([]*ir.Tensor, error) {
+	if t.src != nil {
+		return t.sourceArgs(ex, mb)
+	}
+	return ex.args(mb, t.cfg.Loss)
 }
 
 // args prepares one micro-batch's arguments, checking labels against the

@@ -143,6 +143,10 @@ func (t *Trainer) Export(ctx context.Context, path string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if t.src != nil {
+		return &errs.UnsupportedError{What: "feature", Name: "Export of " + t.src.TrainName(),
+			Detail: "not an ONNX model: write its trained tensors from Weights"}
+	}
 	w, err := t.Weights()
 	if err != nil {
 		return err

@@ -20,6 +20,10 @@ type netWeights struct {
 	p        []*Node
 	cos, sin *Node
 	scales   []*Node // int8 projections' scales (quant.go), else empty
+	// lora: the adapters being trained (finetune.go), A [r, in] and B
+	// [out, r] by loraKey(layer, projection); nil when generating.
+	lora      map[int][2]*Node
+	loraScale float64
 }
 
 func newNetWeights(c *Config, p []*Node) netWeights {

@@ -95,12 +95,19 @@ func quantizedSpec(c *Config, i int) bool {
 func (w netWeights) proj(l, i int, x, bias *Node) *Node {
 	wt := w.layer(l, i)
 	s := projectionSlot(i)
+	var y *Node
 	if len(w.scales) == 0 || s < 0 {
-		return linear(x, wt, bias)
+		y = linear(x, wt, bias)
+	} else {
+		y = quantMatmul(x, wt, w.scales[l*len(projections)+s])
+		if bias != nil {
+			y = Add(y, bcastLast(bias, y))
+		}
 	}
-	y := quantMatmul(x, wt, w.scales[l*len(projections)+s])
-	if bias != nil {
-		y = Add(y, bcastLast(bias, y))
+	if ab, ok := w.lora[loraKey(l, i)]; ok {
+		// PEFT's LoRA Linear: result + lora_B(lora_A(x)) * scaling.
+		d := ConvertDType(linear(linear(x, ConvertDType(ab[0], x.DType()), nil), ConvertDType(ab[1], x.DType()), nil), y.DType())
+		y = Add(y, MulScalar(d, w.loraScale))
 	}
 	return y
 }

@@ -68,7 +68,14 @@ type StepSpec struct {
 	// Plan is the model specialised for one micro-batch, with the
 	// trainable weights as its weight parameters (SpecializeOptions with
 	// WeightsAsParams and Weights): Plan.Weights are what the step trains.
-	Plan      *onnx.Plan
+	Plan *onnx.Plan
+	// Forward, when set, replaces Plan and Loss: a model that is not an
+	// ONNX plan (a Hugging Face checkpoint's decoder, package llm) builds
+	// one micro-batch's loss (a float32 scalar) from its weight nodes (one
+	// per Weights, in that order) and the micro-batch's nodes by name.
+	Forward func(g *ir.Graph, weights []*ir.Node, batch map[string]*ir.Node) (*ir.Node, error)
+	// Weights are Forward's weights (names and shapes); unused with Plan.
+	Weights   []onnx.Param
 	Loss      Loss
 	Optimizer Optimizer
 	// ClipGradNorm clips the global gradient norm (0: off).
@@ -93,11 +100,20 @@ type StepSpec struct {
 	GuardNonFinite bool
 }
 
-// Trained returns the weights of spec.Plan the step trains: Plan.Weights
-// less spec.Frozen, in Plan.Weights order.
+// weights are the step's weight parameters: Plan.Weights, or Weights
+// with Forward.
+func (spec StepSpec) weights() []onnx.Param {
+	if spec.Forward != nil {
+		return spec.Weights
+	}
+	return spec.Plan.Weights()
+}
+
+// Trained returns the weights the step trains: Plan.Weights (or Weights)
+// less spec.Frozen, in that order.
 func (spec StepSpec) Trained() []onnx.Param {
 	var out []onnx.Param
-	for _, w := range spec.Plan.Weights() {
+	for _, w := range spec.weights() {
 		if !spec.Frozen[w.Name] {
 			out = append(out, w)
 		}
@@ -149,7 +165,7 @@ func BuildStep(g *ir.Graph, spec StepSpec, in StepNodes) (out StepOutputs, err e
 	if len(in.Batches) != k {
 		return out, fmt.Errorf("train: %d micro-batches of nodes for %d micro-batches", len(in.Batches), k)
 	}
-	ws := spec.Plan.Weights()
+	ws := spec.weights()
 	if len(in.Weights) != len(ws) {
 		return out, fmt.Errorf("train: %d weight nodes for %d weights", len(in.Weights), len(ws))
 	}
@@ -166,6 +182,14 @@ func BuildStep(g *ir.Graph, spec StepSpec, in StepNodes) (out StepOutputs, err e
 	}
 	var losses []*ir.Node
 	for _, b := range in.Batches {
+		if spec.Forward != nil {
+			l, err := spec.Forward(g, in.Weights, b)
+			if err != nil {
+				return out, err
+			}
+			losses = append(losses, l)
+			continue
+		}
 		nodes := make(map[string]*ir.Node, len(ws)+len(b))
 		for i, w := range ws {
 			nodes[w.Name] = in.Weights[i]
