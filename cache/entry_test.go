@@ -12,7 +12,7 @@ import (
 func validEntry(tb testing.TB, payload []byte) []byte {
 	tb.Helper()
 	k := testKey("fuzz")
-	h := &entryHeader{Digest: k.Digest(), Key: k.Info(), CompileTime: time.Second, Created: time.Unix(1700000000, 0).UTC()}
+	h := &entryHeader{Digest: k.Digest(), Key: k.info(programSum(k.Program)), CompileTime: time.Second, Created: time.Unix(1700000000, 0).UTC()}
 	head, err := encodePrefix(h, payload)
 	if err != nil {
 		tb.Fatal(err)

@@ -194,9 +194,8 @@ type KeyInfo struct {
 // longer or binary options are represented by their digest only.
 const maxShownOptions = 1024
 
-// Info describes k for listings.
-func (k Key) Info() KeyInfo { return k.info(programSum(k.Program)) }
-
+// info describes k for listings (a Disk entry's header); prog is
+// programSum(k.Program).
 func (k Key) info(prog [32]byte) KeyInfo {
 	opt := sha256.Sum256([]byte(k.CompileOptions))
 	ki := KeyInfo{

@@ -36,7 +36,7 @@ func (f Figure[T]) Known() bool {
 // value that nevertheless carries a source.
 func (f Figure[T]) Absent() bool { return !f.Known() && f.Source != "" }
 
-// Methods used by Validate to walk every figure of an entry by reflection.
+// Methods used by validate to walk every figure of an entry by reflection.
 func (f Figure[T]) figureKnown() bool    { return f.Known() }
 func (f Figure[T]) figureSource() string { return f.Source }
 func (f Figure[T]) figureNote() string   { return f.Note }

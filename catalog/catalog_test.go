@@ -9,8 +9,8 @@ import (
 )
 
 func TestValidate(t *testing.T) {
-	if err := Validate(); err != nil {
-		t.Fatalf("Validate() = %v", err)
+	if err := validate(); err != nil {
+		t.Fatalf("validate() = %v", err)
 	}
 }
 
@@ -458,7 +458,7 @@ func TestValidateCatchesBrokenEntries(t *testing.T) {
 }
 
 // Every figure that has a value names where it comes from: checked directly,
-// independently of Validate's reflection walk.
+// independently of validate's reflection walk.
 func TestHeadlineFiguresHaveSources(t *testing.T) {
 	for _, a := range All() {
 		for name, fg := range map[string]figure{

@@ -3,7 +3,7 @@ package catalog
 import "github.com/tensorbridge/tensorbridge/device"
 
 // Sources. Each is the URL of a public page or of a file at the version
-// read (a "; "-separated list where a figure has several); Validate checks
+// read (a "; "-separated list where a figure has several); validate checks
 // that every figure's source is one.
 const (
 	srcTPUv4     = "https://cloud.google.com/tpu/docs/v4"

@@ -1,6 +1,6 @@
 // Package catalog is tensorbridge's static hardware catalog: published facts
 // about Google TPUs and NVIDIA and AMD data-center GPUs, keyed by what
-// discovery and runtimes report, and a parser for Cloud TPU accelerator types
+// discovery and runtimes report. It also parses Cloud TPU accelerator types
 // and slice topologies.
 //
 // Discovery sees little of a device (a PCI ID, a device node, an environment
@@ -28,10 +28,10 @@
 // stored as 80e9 bytes, the smaller reading. Prefer the runtime's own memory
 // figure where there is one; the catalog's is the fallback.
 //
-// Validate checks the embedded data (unique keys and device kinds, a source
-// on every known figure, plausible magnitudes, topologies consistent with
-// dimensions, maximum slice size and chips per host); the package tests call
-// it, so a bad edit fails the build's tests rather than a user's run.
+// The package tests check the embedded data (validate.go: unique keys and
+// device kinds, a source on every known figure, plausible magnitudes,
+// topologies consistent with dimensions, maximum slice size and chips per
+// host), so a bad edit fails the build's tests rather than a user's run.
 //
 // # Accelerator types and topologies
 //
@@ -61,7 +61,7 @@
 //
 // # Sources
 //
-// Every figure's Source is a public URL (Validate checks it), among:
+// Every figure's Source is a public URL (the tests check it), among:
 //
 //   - Cloud TPU docs: https://cloud.google.com/tpu/docs/v4, /v5e, /v5p, /v6e,
 //     /tpu7x, /system-architecture-tpu-vm; GKE:

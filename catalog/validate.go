@@ -10,7 +10,7 @@ import (
 	"github.com/tensorbridge/tensorbridge/device"
 )
 
-// requiredGenerations are the keys other packages rely on; Validate fails if
+// requiredGenerations are the keys other packages rely on; validate fails if
 // one is missing.
 var requiredGenerations = []string{
 	"v2", "v3", "v4", "v5e", "v5p", "v6e", "tpu7x",
@@ -18,14 +18,16 @@ var requiredGenerations = []string{
 	"mi250x", "mi300x",
 }
 
-// Validate checks the embedded catalog for internal consistency and returns
+// validate checks the embedded catalog for internal consistency and returns
 // every problem found, joined. It checks: unique generation keys, device
 // kinds and accelerator-type prefixes; a source on every known figure and an
 // explanation on every unknown memory, bandwidth, bf16 and core figure;
 // plausible magnitudes (catching unit slips such as GB/s stored as B/s);
 // vendor, platform and PCI vendor agreeing; and, for TPUs, topologies that
 // agree with the dimension count, the maximum slice and the chips per host.
-func Validate() error { return validateEntries(entries) }
+// The package tests call it, so a bad edit of the data fails them rather
+// than a user's run.
+func validate() error { return validateEntries(entries) }
 
 func validateEntries(es []Accelerator) error {
 	var errs []error

@@ -1,7 +1,8 @@
 // Package client is a small Go client for the Open Inference Protocol v2,
-// the protocol `tensorbridge serve` (package serve) and Triton speak: over
-// HTTP/REST (JSON or the binary tensor extension) with HTTP, over gRPC
-// (inference.GRPCInferenceService) with GRPC. Both have the same methods.
+// the protocol `tensorbridge serve` (package serve) and Triton speak.
+//
+// HTTP speaks it over HTTP/REST (JSON or the binary tensor extension), GRPC
+// over gRPC (inference.GRPCInferenceService). Both have the same methods.
 //
 // Tensors are raw: a protocol datatype name ("FP32"), a shape, and the
 // elements as little-endian row-major bytes. FromFloat32 and

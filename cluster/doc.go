@@ -1,10 +1,11 @@
-// Package cluster is the coordination of a multi-process job: Bootstrap
-// works out who this process is (index, count, coordinator, slice) from
-// flags, environment and a TPU VM's metadata; process 0 serves the
-// coordination service (Server, gRPC: join, heartbeats, a key-value store,
-// barriers, leave) and every process is a Client of it. The service fails
-// the whole job, naming the process at fault, as soon as one is missing or
-// lost.
+// Package cluster coordinates the processes of a multi-process job and
+// fails the whole job, naming the process at fault, as soon as one is
+// missing or lost.
+//
+// Bootstrap works out who this process is (index, count, coordinator,
+// slice) from flags, environment and a TPU VM's metadata; process 0 serves
+// the coordination service (Server, gRPC: join, heartbeats, a key-value
+// store, barriers, leave) and every process is a Client of it.
 //
 // The service treats its network as hostile (security.go): a shared token
 // (Security.Token) authenticates every call, each process gets a session

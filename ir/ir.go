@@ -1,6 +1,8 @@
 // Package ir holds the project's names for its computation IR, the GoMLX
-// v0.26.0 graph: aliases of GoMLX's graph, node, tensor, shape and dtype
-// types, and the few helpers (tensors from bytes, device buffers, the
+// v0.26.0 graph.
+//
+// They are aliases of GoMLX's graph, node, tensor, shape and dtype types,
+// and the few helpers (tensors from bytes, device buffers, the
 // ephemeral-graph convention) that the portable API and the tools share.
 //
 // It is not the only place that imports GoMLX. The ONNX importer's op

@@ -1,9 +1,10 @@
-// Package k8s writes the Kubernetes manifests that run tensorbridge on GKE:
-// a JobSet (jobset.x-k8s.io/v1alpha2) for TPU slices of one or more hosts,
-// where every host runs the same program and the slice's environment
-// (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES, MEGASCALE_*) tells each process who
-// it is (package cluster), and a Deployment for stateless serving replicas on
-// single-host TPU slices or GPUs.
+// Package k8s writes the Kubernetes manifests that run tensorbridge on GKE.
+//
+// They are a JobSet (jobset.x-k8s.io/v1alpha2) for TPU slices of one or
+// more hosts, where every host runs the same program and the slice's
+// environment (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES, MEGASCALE_*) tells each
+// process who it is (package cluster), and a Deployment for stateless
+// serving replicas on single-host TPU slices or GPUs.
 //
 // The objects are typed values: the pod template and the Deployment are
 // Kubernetes' own types (k8s.io/api); the few JobSet types are written here

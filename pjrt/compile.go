@@ -302,21 +302,6 @@ func (e *Engine) newExecutable(prog *lower.Program, le *capi.LoadedExecutable, o
 // Program returns the lowered program: its StableHLO text and signature.
 func (x *Executable) Program() *lower.Program { return x.prog }
 
-// StableHLO returns the program's StableHLO text, the key a compile cache
-// uses (large constants appear in it as trailing parameters; see
-// lower.Program.CompileText for the text that is compiled).
-func (x *Executable) StableHLO() []byte { return x.prog.Text }
-
-// CompileOptions returns the options the program was compiled with.
-func (x *Executable) CompileOptions() capi.CompileOptions { return x.opts }
-
-// PJRT returns the loaded executable, or nil once finalized.
-func (x *Executable) PJRT() *capi.LoadedExecutable {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	return x.le
-}
-
 // Serialize returns the plugin's serialized executable, which
 // Engine.LoadExecutable turns back into an Executable on a client of the
 // same plugin build.
@@ -331,16 +316,6 @@ func (x *Executable) Serialize() ([]byte, error) {
 		return nil, wrap(x.eng.name, "serialize", "", fmt.Sprintf("program %q", x.prog.Name), err)
 	}
 	return b, nil
-}
-
-// StableHLO returns the StableHLO text of an executable compiled by a
-// pjrt engine, and false for executables of other backends.
-func StableHLO(exe backends.Executable) ([]byte, bool) {
-	x, ok := exe.(*Executable)
-	if !ok || x == nil {
-		return nil, false
-	}
-	return x.prog.Text, true
 }
 
 func (x *Executable) closedError(op string) error {

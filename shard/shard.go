@@ -1,7 +1,8 @@
-// Package shard decides how a model is split over a device mesh: the mesh
-// (named axes "data" and "model", devices ordered by their coordinates so
-// the model axis runs over nearest neighbours), and, per tensor, which
-// dimension goes over which axis.
+// Package shard decides how a model is split over a device mesh.
+//
+// It lays out the mesh (named axes "data" and "model", devices ordered by
+// their coordinates so the model axis runs over nearest neighbours) and
+// decides, per tensor, which dimension goes over which axis.
 //
 // Strategies: data parallel (the batch axis of inputs and outputs split
 // over "data", weights replicated), tensor parallel in the Megatron pattern

@@ -56,10 +56,6 @@ func Int8(M, N, K int, x []float32, ldx int, w []int8, ldw int, scale []float32,
 	return int8With(active, M, N, K, x, ldx, w, ldw, scale, y, ldy, threads)
 }
 
-// KernelName names the kernel F32 and Int8 run on this machine: "avx512",
-// "avx2", "neon" or "go".
-func KernelName() string { return active.String() }
-
 // f32With is F32 on a given kernel; tests use it to force each one.
 func f32With(kern kernel, M, N, K int, x []float32, ldx int, w []float32, ldw int, y []float32, ldy int, threads int) error {
 	if err := checkShape(M, N, K, len(x), ldx, len(w), ldw, len(y), ldy); err != nil {

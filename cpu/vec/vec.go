@@ -1,9 +1,12 @@
-// Package vec holds the float32 element-wise inner loops of the fused
-// element-wise interpreter: each call processes one tile of len(d)
-// elements (callers guarantee every input is at least that long; a shorter
-// one panics) and gives the very bits of the plain Go expression named in
-// its comment: IEEE single precision, each operation rounded once, no FMA
-// contraction, NaNs as Go's operators and builtin min/max give them.
+// Package vec holds the float32 element-wise inner loops of cpu/engine's
+// fused element-wise interpreter, in assembly where the CPU allows, with
+// the very bits of plain Go.
+//
+// Each call processes one tile of len(d) elements (callers guarantee every
+// input is at least that long; a shorter one panics) and gives the very
+// bits of the plain Go expression named in its comment: IEEE single
+// precision, each operation rounded once, no FMA contraction, NaNs as Go's
+// operators and builtin min/max give them.
 //
 // d may be the same slice as an input (in-place), but must not overlap an
 // input otherwise. No function allocates.
@@ -15,8 +18,8 @@
 //go:generate go run gen_asm.go
 package vec
 
-// CmpOp is a comparison for Compare and CompareS, with Go's IEEE
-// semantics: every comparison with a NaN is false except CmpNE.
+// CmpOp is a comparison for Compare, with Go's IEEE semantics: every
+// comparison with a NaN is false except CmpNE.
 type CmpOp int
 
 // The comparisons.
@@ -48,9 +51,6 @@ func (op CmpOp) String() string {
 	return "CmpOp(?)"
 }
 
-// KernelName names the kernel this machine runs: "avx512", "avx2" or "go".
-func KernelName() string { return active.String() }
-
 // Add sets d[i] = a[i] + b[i].
 func Add(d, a, b []float32) { binary(active, opAdd, d, a, b) }
 
@@ -73,33 +73,6 @@ func Min(d, a, b []float32) { binary(active, opMin, d, a, b) }
 
 // Compare sets d[i] = 1 if a[i] op b[i], else 0.
 func Compare(op CmpOp, d, a, b []float32) { binary(active, cmpBinOp(op), d, a, b) }
-
-// AddS sets d[i] = a[i] + s.
-func AddS(d, a []float32, s float32) { scalar(active, opAdd, d, a, s) }
-
-// SubS sets d[i] = a[i] - s.
-func SubS(d, a []float32, s float32) { scalar(active, opSub, d, a, s) }
-
-// SubSR sets d[i] = s - a[i].
-func SubSR(d, a []float32, s float32) { scalar(active, opSubR, d, a, s) }
-
-// MulS sets d[i] = a[i] * s.
-func MulS(d, a []float32, s float32) { scalar(active, opMul, d, a, s) }
-
-// DivS sets d[i] = a[i] / s.
-func DivS(d, a []float32, s float32) { scalar(active, opDiv, d, a, s) }
-
-// DivSR sets d[i] = s / a[i].
-func DivSR(d, a []float32, s float32) { scalar(active, opDivR, d, a, s) }
-
-// MaxS sets d[i] = max(a[i], s).
-func MaxS(d, a []float32, s float32) { scalar(active, opMax, d, a, s) }
-
-// MinS sets d[i] = min(a[i], s).
-func MinS(d, a []float32, s float32) { scalar(active, opMin, d, a, s) }
-
-// CompareS sets d[i] = 1 if a[i] op s, else 0.
-func CompareS(op CmpOp, d, a []float32, s float32) { scalar(active, cmpBinOp(op), d, a, s) }
 
 // Neg sets d[i] = -a[i]: the sign bit flipped (-0 → +0; a NaN stays NaN
 // with its sign flipped, as in Go).
@@ -131,17 +104,6 @@ func BoolToF32(d []float32, b []bool) { boolToF32(active, d, b) }
 
 // F32ToBool sets d[i] = a[i] != 0 (true for NaN). len(a) ≥ len(d).
 func F32ToBool(d []bool, a []float32) { f32ToBool(active, d, a) }
-
-// Sum returns the float32 sum of a in order, s += a[i] from s = 0. It
-// stays a sequential Go loop: any reassociation (SIMD partial sums) would
-// change the rounding and so the bits.
-func Sum(a []float32) float32 {
-	var s float32
-	for _, v := range a {
-		s += v
-	}
-	return s
-}
 
 // MaxReduce returns acc after acc = max(acc, a[i]) for each a[i] in order,
 // from acc = init, with the builtin max.

@@ -1,8 +1,11 @@
-// Package discovertest replays the host fixtures under testdata/hosts
-// (synthetic TPU VMs, GPU servers and a GCE VM, built from published facts
-// and named synthetic-*, and cpu-only, recorded on a real VM) so that tests of package discover
-// and of its callers, such as the tensorbridge CLI's devices and doctor
-// commands, can run discovery against them from any working directory.
+// Package discovertest replays known hosts so that tests can run discovery
+// against them from any working directory.
+//
+// The hosts are the fixtures under testdata/hosts: synthetic TPU VMs, GPU
+// servers and a GCE VM, built from published facts and named synthetic-*,
+// and cpu-only, recorded on a real VM. The tests of package discover and of
+// its callers, such as the tensorbridge CLI's devices and doctor commands,
+// use them.
 //
 // Each host is a directory testdata/hosts/<name>/ holding root.txtar (the
 // filesystem: sysfs, /dev, /proc, cgroup files) and optional sidecars:

@@ -1,8 +1,9 @@
 // Package oip holds the wire formats of the Open Inference Protocol v2 that
-// the server (package serve) and the Go client (package client) share: the
-// datatype names and sizes, the JSON request and response bodies of the REST
-// API, the flat JSON encoding of tensor elements, and the binary tensor
-// extension's framing.
+// the server (package serve) and the Go client (package client) share.
+//
+// They are the datatype names and sizes, the JSON request and response
+// bodies of the REST API, the flat JSON encoding of tensor elements, and the
+// binary tensor extension's framing.
 //
 // Sources: the KServe v2 protocol (docs/predict-api/v2/required_api.md in
 // https://github.com/kserve/kserve) and Triton's binary data extension

@@ -1,8 +1,9 @@
 // Package testreq lets a test skip when what it needs (a plugin, a data
-// set) is not installed, except where the run says everything is:
+// set) is not installed, except in CI, where a missing piece fails the test.
+//
 // scripts/test.sh installs every plugin and data set first and sets
-// TENSORBRIDGE_REQUIRE_TESTDATA=1, so in CI a missing piece fails the test
-// instead of turning it green with nothing tested.
+// TENSORBRIDGE_REQUIRE_TESTDATA=1, so that no test turns green there with
+// nothing tested.
 package testreq
 
 import (

@@ -1,7 +1,9 @@
-// Package conformance runs the ONNX backend test suite (the cases shipped
-// as Debian's libonnx-testdata: data/node, data/pytorch-converted,
-// data/pytorch-operator, data/simple) through the importer and tallies what
-// passes, per suite, with the failure reasons most frequent first.
+// Package conformance runs the ONNX backend test suite through the importer
+// and tallies what passes, per suite, with the failure reasons most
+// frequent first.
+//
+// The cases are those Debian ships as libonnx-testdata: data/node,
+// data/pytorch-converted, data/pytorch-operator and data/simple.
 //
 // Every case goes through the path users call: Backend.LoadModel, then
 // Model.Run with its input checks, shape buckets and precision, so a

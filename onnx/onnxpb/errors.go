@@ -27,9 +27,6 @@ var (
 	// ErrUnsupported: valid ONNX that this package does not convert
 	// (string tensors to ir, segmented tensors, unknown data types).
 	ErrUnsupported = errors.New("unsupported")
-	// ErrOpset: the model imports an operator set version outside the
-	// supported range, or none for the default domain.
-	ErrOpset = errors.New("unsupported opset")
 )
 
 // DecodeError reports where in a message tree decoding failed. Path is the

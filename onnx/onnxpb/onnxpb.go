@@ -30,13 +30,6 @@ import (
 // external data files.
 const MaxFileSize = 2<<30 - 1
 
-// Supported range of the default ("ai.onnx") operator set version, for
-// CheckOpsets.
-const (
-	MinSupportedOpset = 7
-	MaxSupportedOpset = 28
-)
-
 // Decode decodes a serialized ModelProto. Input that is not an ONNX model at
 // all (an image, text, an empty buffer) gives an error wrapping ErrNotONNX.
 // External data is not touched; see ReadModel.
@@ -218,27 +211,6 @@ func sameDomain(a, b string) bool {
 		return s
 	}
 	return norm(a) == norm(b)
-}
-
-// CheckOpsets returns an error wrapping ErrOpset unless the model imports
-// the default ONNX operator set at a version in [min, max]. Other domains
-// are not checked here (the importer rejects their operators one by one).
-// Use CheckOpsets(MinSupportedOpset, MaxSupportedOpset) for the importer's
-// supported range.
-func (m *Model) CheckOpsets(min, max int64) error {
-	v := m.Opset("")
-	switch {
-	case v == 0:
-		return fmt.Errorf("onnxpb: model imports no default (ai.onnx) operator set; supported versions are %d..%d: %w",
-			min, max, ErrOpset)
-	case v < min:
-		return fmt.Errorf("onnxpb: model uses ai.onnx opset %d, older than the oldest supported %d (supported %d..%d; "+
-			"upgrade the model with the ONNX version converter): %w", v, min, min, max, ErrOpset)
-	case v > max:
-		return fmt.Errorf("onnxpb: model uses ai.onnx opset %d, newer than the newest supported %d (supported %d..%d; "+
-			"re-export the model with opset %d or lower): %w", v, max, min, max, max, ErrOpset)
-	}
-	return nil
 }
 
 // walkTensors calls fn for every dense tensor reachable from the model,
