@@ -84,6 +84,10 @@ func (b *Backend) NewTrainer(ctx context.Context, src Trainable, cfg train.Confi
 	}
 	t := &Trainer{src: src, b: b, cfg: cfg, dev: dev, params: params, slots: train.StateSlots(cfg.Optimizer),
 		execs: map[string]*trainExec{}, modelDigest: src.TrainDigest(), consts: src.TrainConstants()}
+	t.frozen = len(t.consts)
+	for _, c := range t.consts {
+		t.frozenElems += int64(c.Shape().Size())
+	}
 	if err := t.place(ctx); err != nil {
 		t.release()
 		return nil, err

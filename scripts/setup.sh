@@ -24,6 +24,7 @@ if [ -x scripts/setup-llm-fixtures.sh ]; then
   echo "== LLM checkpoints and transformers references (torch + transformers in a cached venv)"
   scripts/setup-llm-fixtures.sh
 fi
+if [ -x scripts/setup-finetune-fixtures.sh ]; then echo "== fine-tuning references (PEFT in the LLM venv)"; scripts/setup-finetune-fixtures.sh; fi
 if [ -x scripts/install-plugins.sh ]; then
   echo "== PJRT plugins"
   scripts/install-plugins.sh all

@@ -22,7 +22,7 @@ func init() {
 func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("plan", stderr, "MODEL|--generate PRESET --slice TYPE [--strategy auto|dp|tp|tp=N|dp=N,tp=M] [--dim NAME=N ...] [--precision bfloat16|float32] [--price USD] [--json]\n"+
 		"       tensorbridge plan MODEL|--generate PRESET --slice TYPE --train --batch B [--optimizer adamw|adam|sgd] [--loss SPEC] [--freeze REGEXP] [--strategy auto|dp|tp|fsdp] [--dim ...] [--precision ...] [--json]\n"+
-		"       tensorbridge plan CHECKPOINT_DIR|--generate PRESET --slice TYPE --llm --context N [--batch N] [--prompt N] [--strategy auto|tp=M|dp=D,tp=M] [--precision ...] [--kv-dtype ...] [--memory-fraction F] [--json]")
+		"       tensorbridge plan CHECKPOINT_DIR|--generate PRESET --slice TYPE --llm --context N [--batch N] [--prompt N] [--strategy auto|tp=M|dp=D,tp=M] [--precision ...] [--kv-dtype ...] [--memory-fraction F] [--json]\n"+fineTuneUsage)
 	slice := fs.String("slice", "", "Cloud TPU accelerator type: v5e-8 (= v5litepod-8), v5p-8, v6e-4, v4-8, tpu7x-8, ...")
 	strategy := fs.String("strategy", "auto", "auto (try each, keep the cheapest that fits), dp, tp, tp=N, dp=N,tp=M")
 	var dims inputFlags
@@ -35,7 +35,8 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	embedHidden := fs.Bool("embed-hidden", false, "split embeddings over the hidden dimension instead of the vocabulary")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	tf := addTrainPlanFlags(fs)
-	gf := addGenPlanFlags(fs) // plangen.go
+	gf := addGenPlanFlags(fs)      // plangen.go
+	ff := addFineTunePlanFlags(fs) // planft.go
 	if err := parse(fs, reorder(fs, args)); err != nil {
 		return err
 	}
@@ -44,6 +45,10 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if *price < 0 || math.IsNaN(*price) || math.IsInf(*price, 0) {
 		return usageErr("--price %v: want a positive price in USD per chip-hour (or leave it out for the price table)", *price)
+	}
+	if done, err := ff.hook(fs, *tf.train, ftPlanArgs{gen: *gen, slice: *slice, strategy: *strategy, precision: *precision,
+		price: *price, fraction: *gf.fraction, batch: *tf.batch, asJSON: *asJSON}, stdout); done {
+		return err // planft.go: an LLM fine-tune
 	}
 	if *gf.llm {
 		return runGenPlan(fs, gf, *gen, plan.GenerateOptions{Slice: *slice, Strategy: *strategy, Batch: *tf.batch,

@@ -21,6 +21,7 @@ import (
 
 	"github.com/tensorbridge/tensorbridge"
 	"github.com/tensorbridge/tensorbridge/errs"
+	"github.com/tensorbridge/tensorbridge/ir"
 	"github.com/tensorbridge/tensorbridge/shard"
 	"github.com/tensorbridge/tensorbridge/train"
 )
@@ -56,6 +57,7 @@ type trainFlags struct {
 	threads                                       int
 	profile                                       string
 	set                                           map[string]bool
+	llm                                           llmTrainFlags // checkpoint directories
 }
 
 func addTrainFlags(fs *flag.FlagSet, f *trainFlags) {
@@ -92,6 +94,7 @@ func addTrainFlags(fs *flag.FlagSet, f *trainFlags) {
 	fs.IntVar(&f.threads, "threads", 0, "confine the process to T CPUs (as run --threads) before opening the backend; 0: all")
 	fs.StringVar(&f.profile, "cpuprofile", "", "write a Go CPU profile of the whole run to FILE (go tool pprof)")
 	fs.IntVar(&f.evalEvery, "eval-every", 0, "with --eval-data, log the mean held-out loss every N steps (and at the end)")
+	addLLMTrainFlags(fs, &f.llm)
 }
 
 // config turns the flags into the training configuration (Data left for
@@ -228,10 +231,19 @@ func trainCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	f.set = map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	if fs.NArg() != 1 {
-		return usageErr("want exactly one MODEL.onnx argument, got %d", fs.NArg())
+		return usageErr("want exactly one MODEL.onnx (or checkpoint DIR) argument, got %d", fs.NArg())
+	}
+	isLLM := isCheckpointDir(fs.Arg(0))
+	if isLLM && f.loss == "" {
+		f.loss = "causal_lm"
 	}
 	if err := f.check(); err != nil {
 		return err
+	}
+	if isLLM {
+		if err := f.checkLLM(); err != nil {
+			return err
+		}
 	}
 	if err := checkOneProcess(ctx); err != nil {
 		return err
@@ -251,7 +263,11 @@ func trainCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		defer pprof.StopCPUProfile()
 	}
-	err = trainRun(ctx, fs.Arg(0), &f, cfg, sf, stdout, stderr)
+	if isLLM {
+		err = trainLLM(ctx, fs.Arg(0), &f, cfg, sf, stdout, stderr)
+	} else {
+		err = trainRun(ctx, fs.Arg(0), &f, cfg, sf, stdout, stderr)
+	}
 	var ee *exitError
 	if err != nil && !errors.As(err, &ee) && errors.Is(err, errs.ErrInvalidInput) {
 		err = &exitError{code: 2, err: err}
@@ -317,8 +333,11 @@ func trainRun(ctx context.Context, modelPath string, f *trainFlags, cfg train.Co
 		return err
 	}
 	defer tr.Close()
-	loop := &trainLoop{f: f, cfg: cfg, tr: tr, ds: ds, eval: eval, stdout: stdout, stderr: stderr,
-		pos: ds.Start(cfg.Shuffle, cfg.ShuffleSeed), progress: isTerminal(stderr), exit: os.Exit}
+	loop := &trainLoop{f: f, cfg: cfg, tr: tr, ds: ds, stdout: stdout, stderr: stderr,
+		pos: ds.Start(cfg.Shuffle, cfg.ShuffleSeed), progress: isTerminal(stderr), exit: os.Exit, export: tr.Export}
+	if eval != nil {
+		loop.eval = eval
+	}
 	if f.ckptDir != "" {
 		if loop.rd, err = openRunDir(ctx, modelPath, f, tr, stderr); err != nil {
 			return err
@@ -384,13 +403,23 @@ func checkDataSpecs(m *tensorbridge.Model, ds *train.Dataset, flagName string) e
 	return nil
 }
 
+// trainData is what the loop reads batches from: a directory of .npy
+// files (train.Dataset) or a checkpoint's JSONL data (llmData).
+type trainData interface {
+	Len() int
+	Start(shuffle bool, seed int64) train.Position
+	Next(p train.Position, b int) (map[string]*ir.Tensor, train.Position, error)
+}
+
 // trainLoop is one run of the training loop.
 type trainLoop struct {
 	f        *trainFlags
 	cfg      train.Config
 	tr       *tensorbridge.Trainer
-	ds, eval *train.Dataset
+	ds, eval trainData
 	pos      train.Position
+	// export writes --output (Trainer.Export for an ONNX model).
+	export   func(ctx context.Context, path string) error
 	stdout   io.Writer
 	stderr   io.Writer
 	log      *bufio.Writer
@@ -495,7 +524,7 @@ func (l *trainLoop) finish(stepCtx context.Context, first int, last float64) err
 		fmt.Fprintf(l.stdout, "trained %d steps (%d to %d); last loss %.6g%s\n", done, first+1, l.tr.Updates(), last, skipped)
 	}
 	if l.f.output != "" {
-		if err := l.tr.Export(stepCtx, l.f.output); err != nil {
+		if err := l.export(stepCtx, l.f.output); err != nil {
 			return fmt.Errorf("--output: %w", err)
 		}
 		fmt.Fprintf(l.stdout, "wrote %s\n", l.f.output)

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tensorbridge/tensorbridge"
+	"github.com/tensorbridge/tensorbridge/internal/testreq"
+	"github.com/tensorbridge/tensorbridge/llm"
+	"github.com/tensorbridge/tensorbridge/llm/peft"
+)
+
+// TestTrainLLMBadInput: what train DIR refuses, each with exit code 2, a
+// one-line message naming the problem, and nothing left at --output.
+func TestTrainLLMBadInput(t *testing.T) {
+	dir, _ := llmFixture(t, "llama")
+	other, _ := llmFixture(t, "qwen3")
+	tmp := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(tmp, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good.jsonl", "{\"text\": \"The quick brown fox jumps over the lazy dog.\"}\n")
+	notJSON := write("bad.jsonl", "{\"text\": \"fine\"}\n{\"text\": \"fine\"}\nnot json\n")
+	noShape := write("shape.jsonl", "{\"question\": \"no shape\"}\n")
+	noWeights := filepath.Join(tmp, "noweights")
+	if err := os.MkdirAll(noWeights, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"config.json", "tokenizer.json", "tokenizer_config.json"} {
+		raw, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(filepath.Join("noweights", f), string(raw))
+	}
+	// An adapter for another base model (qwen3: other module shapes).
+	otherAdapter := filepath.Join(tmp, "other-adapter")
+	if code, _, stderr := run(t, "train", other, "--data", good, "--seq-len", "32", "--batch", "1", "--steps", "1",
+		"--lora", "r=2,alpha=4,targets=q_proj", "--backend", testBackend(), "--output", otherAdapter); code != 0 {
+		t.Fatalf("making the qwen3 adapter: exit %d: %s", code, stderr)
+	}
+	out := filepath.Join(tmp, "out")
+	base := []string{"train", dir, "--data", good, "--seq-len", "32", "--batch", "1", "--steps", "1",
+		"--backend", testBackend(), "--output", out}
+	with := func(extra ...string) []string { return append(append([]string(nil), base...), extra...) }
+	lora := []string{"--lora", "r=4,alpha=8,targets=q_proj,v_proj"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"line that is not JSON", append(setFlag(base, "--data", notJSON), lora...), "bad.jsonl:3"},
+		{"line with none of the shapes", append(setFlag(base, "--data", noShape), lora...), "shape.jsonl:1"},
+		{"directory without safetensors", append(append([]string{"train", noWeights}, base[2:]...), lora...), "safetensors"},
+		{"target naming no module", with("--lora", "r=4,alpha=8,targets=qproj"), "qproj"},
+		{"r of zero", with("--lora", "r=0,alpha=8,targets=q_proj"), "r=0"},
+		{"seq-len over the context", append(setFlag(base, "--seq-len", "100000"), lora...), "context"},
+		{"adapter of another base model", with("--lora-init", otherAdapter), "q_proj"},
+		{"no mode", base, "--lora"},
+		{"two modes", with("--full", "--lora", "r=4,alpha=8,targets=q_proj"), "exactly one"},
+		{"dropout", with("--lora", "r=4,alpha=8,targets=q_proj,dropout=0.1"), "dropout"},
+		{"merge with full", with("--full", "--merge"), "--merge"},
+		{"mesh", append(with("--mesh", "data=1"), lora...), "--mesh"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := run(t, tc.args...)
+			if code != 2 || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "panic") {
+				t.Errorf("exit %d, stderr %q; want exit 2 mentioning %q", code, stderr, tc.want)
+			}
+			oneLineStderr(t, tc.name, stderr)
+			if _, err := os.Lstat(out); err == nil {
+				t.Errorf("%s left %s", tc.name, out)
+			}
+		})
+	}
+}
+
+// finetuneRefs is a fixture checkpoint's refs.json from
+// scripts/gen-finetune-fixtures.py (transformers + PEFT).
+type finetuneRefs struct {
+	ChatTemplate string `json:"messages_chat_template"`
+	Runs         map[string]struct {
+		Data        string      `json:"data"`
+		Init        string      `json:"init"`
+		Losses      []float64   `json:"losses"`
+		ProbeIDs    []int       `json:"probe_ids"`
+		ProbeLogits [][]float64 `json:"probe_logits"`
+	} `json:"runs"`
+	Merged struct {
+		ProbeIDs []int       `json:"probe_ids"`
+		Logits   [][]float64 `json:"logits"`
+	} `json:"merged"`
+}
+
+// finetuneFixture returns the references of arch and their directory
+// (scripts/setup-finetune-fixtures.sh), skipping when they are missing.
+func finetuneFixture(t *testing.T, arch string) (string, *finetuneRefs) {
+	t.Helper()
+	home, _ := os.UserHomeDir()
+	dir := filepath.Join(home, ".cache", "tensorbridge", "finetune-fixtures", arch)
+	raw, err := os.ReadFile(filepath.Join(dir, "refs.json"))
+	if err != nil {
+		testreq.Skipf(t, "fine-tuning references not installed (scripts/setup-finetune-fixtures.sh): %v", err)
+	}
+	var r finetuneRefs
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatal(err)
+	}
+	return dir, &r
+}
+
+// TestTrainLLMMatchesPEFT: train DIR, from the adapter PEFT saved
+// (--lora-init) or on every weight (--full), 6 AdamW steps on each of the
+// three JSONL shapes, gives every step's loss within 1e-5 relative of
+// transformers + PEFT's, and the model it writes gives their final
+// logits within 1e-4 of the largest (the adapter merged into the base:
+// SaveCheckpoint, then llm.Load).
+func TestTrainLLMMatchesPEFT(t *testing.T) {
+	for _, arch := range []string{"llama", "mistral", "qwen2", "qwen3"} {
+		base, _ := llmFixture(t, arch)
+		fix, refs := finetuneFixture(t, arch)
+		tmpl := filepath.Join(t.TempDir(), "chatml.jinja")
+		if err := os.WriteFile(tmpl, []byte(refs.ChatTemplate), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, mode := range []string{"lora", "full"} {
+			for _, shape := range []string{"text", "prompt", "messages"} {
+				name := mode + "-" + shape
+				t.Run(arch+"/"+name, func(t *testing.T) {
+					ref, ok := refs.Runs[name]
+					if !ok {
+						t.Fatalf("refs.json has no run %q", name)
+					}
+					out := filepath.Join(t.TempDir(), "out")
+					logPath := filepath.Join(t.TempDir(), "log.jsonl")
+					args := []string{"train", base, "--data", filepath.Join("..", "..", "llm", "sft", "testdata", ref.Data),
+						"--seq-len", "64", "--batch", "2", "--steps", fmt.Sprint(len(ref.Losses)), "--lr", "1e-3", "--weight-decay", "0.01",
+						"--backend", testBackend(), "--log-json", logPath, "--output", out}
+					if mode == "lora" {
+						args = append(args, "--lora-init", filepath.Join(fix, ref.Init))
+					} else {
+						args = append(args, "--full")
+					}
+					if shape == "messages" {
+						args = append(args, "--chat-template", tmpl)
+					}
+					if code, _, stderr := run(t, args...); code != 0 {
+						t.Fatalf("exit %d: %s", code, stderr)
+					}
+					got := readLog(t, logPath)
+					if len(got) != len(ref.Losses) {
+						t.Fatalf("%d logged steps, want %d", len(got), len(ref.Losses))
+					}
+					for i, want := range ref.Losses {
+						if got[i].Loss == nil {
+							t.Fatalf("step %d: no loss logged", i+1)
+						}
+						if d := math.Abs(*got[i].Loss-want) / math.Abs(want); d > 1e-5 {
+							t.Errorf("step %d: loss %.9g, PEFT %.9g (relative %.2g)", i+1, *got[i].Loss, want, d)
+						}
+					}
+					model := out
+					if mode == "lora" {
+						model = filepath.Join(t.TempDir(), "merged")
+						ad, err := peft.Read(out, peftModulesOf(t, base))
+						if err != nil {
+							t.Fatal(err)
+						}
+						if err := llm.SaveCheckpoint(context.Background(), base, model, nil, ad); err != nil {
+							t.Fatal(err)
+						}
+					}
+					checkLogits(t, model, ref.ProbeIDs, ref.ProbeLogits)
+				})
+			}
+		}
+	}
+}
+
+// TestMergeMatchesPEFT: the adapter PEFT saved, merged by train --merge's
+// writer, gives merge_and_unload's logits.
+func TestMergeMatchesPEFT(t *testing.T) {
+	for _, arch := range []string{"llama", "mistral", "qwen2", "qwen3"} {
+		t.Run(arch, func(t *testing.T) {
+			base, _ := llmFixture(t, arch)
+			fix, refs := finetuneFixture(t, arch)
+			ad, err := peft.Read(filepath.Join(fix, "adapter0"), peftModulesOf(t, base))
+			if err != nil {
+				t.Fatal(err)
+			}
+			model := filepath.Join(t.TempDir(), "merged")
+			if err := llm.SaveCheckpoint(context.Background(), base, model, nil, ad); err != nil {
+				t.Fatal(err)
+			}
+			checkLogits(t, model, refs.Merged.ProbeIDs, refs.Merged.Logits)
+		})
+	}
+}
+
+func peftModulesOf(t *testing.T, dir string) []peft.Module {
+	c, err := llm.LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return peftModules(c)
+}
+
+// checkLogits loads the checkpoint in dir and compares its logits of ids
+// with want, within 1e-4 of the largest |logit|.
+func checkLogits(t *testing.T, dir string, ids []int, want [][]float64) {
+	t.Helper()
+	ctx := context.Background()
+	b, err := tensorbridge.Open(ctx, testBackend())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	m, err := llm.Load(ctx, b, dir, llm.LoadOptions{Precision: "float32"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	got, err := m.PromptLogits(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := len(want[0])
+	var scale, worst float64
+	for i := range want {
+		for j, w := range want[i] {
+			scale = max(scale, math.Abs(w))
+			worst = max(worst, math.Abs(float64(got[i*v+j])-w))
+		}
+	}
+	if worst > 1e-4*scale {
+		t.Errorf("logits differ from the reference by %.3g (largest |logit| %.3g)", worst, scale)
+	}
+}
