@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/tensorbridge/tensorbridge/errs"
+	"github.com/tensorbridge/tensorbridge/safetensors"
 )
 
 // TestInit: A is uniform on ±1/sqrt(in) (PEFT's kaiming_uniform_ with
@@ -119,5 +120,34 @@ func TestWriteRefusesBadAdapter(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("%s was created", dir)
+	}
+}
+
+// TestReadHalfPrecision: an adapter saved in BF16 or F16 (PEFT saves the
+// dtype the adapter was trained in) reads as the same float32 values;
+// the values are exact in both formats.
+func TestReadHalfPrecision(t *testing.T) {
+	mods := []Module{{"model.layers.0.self_attn.q_proj", 2, 3}}
+	cfg := Config{PeftType: "LORA", R: 1, Alpha: 2, TargetModules: Targets{List: []string{"q_proj"}}}
+	A, B := []float32{0.5, -1.25}, []float32{3, -0.0625, 96}
+	for _, dt := range []safetensors.DType{safetensors.BF16, safetensors.F16} {
+		dir := t.TempDir()
+		if err := (&Adapter{Config: cfg, Layers: []Layer{{Module: mods[0], A: A, B: B}}}).Write(context.Background(), dir); err != nil {
+			t.Fatal(err)
+		}
+		err := safetensors.Write(filepath.Join(dir, WeightsFile), []safetensors.NamedTensor{
+			{Name: TensorName(mods[0].Name, "A"), DType: dt, Shape: []int64{1, 2}, Float32: A},
+			{Name: TensorName(mods[0].Name, "B"), DType: dt, Shape: []int64{3, 1}, Float32: B},
+		}, map[string]string{"format": "pt"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := Read(dir, mods)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(a.Layers[0].A, A) || !slices.Equal(a.Layers[0].B, B) {
+			t.Errorf("%s: read A %v B %v", dt, a.Layers[0].A, a.Layers[0].B)
+		}
 	}
 }
