@@ -42,6 +42,8 @@ type trainMesh struct {
 	// N devices.
 	replicas [][]*ir.Tensor
 	execs    map[string]*meshExec
+	// consts[d-1] are device d's copies of a Trainable's constants.
+	consts [][]*ir.Tensor
 	// strategy is "dp" (also ""), "fsdp" or "tp"; splits (per stored
 	// argument) is how each weight and its state lie over the mesh.
 	strategy string
@@ -261,6 +263,10 @@ func (tm *trainMesh) release() {
 		freeAll(r)
 	}
 	tm.replicas = nil
+	for _, c := range tm.consts {
+		freeAll(c)
+	}
+	tm.consts = nil
 	for k, e := range tm.execs {
 		if e.prog != nil {
 			_ = e.prog.Close()
@@ -277,6 +283,9 @@ func (t *Trainer) meshExec(ctx context.Context, mb map[string]*ir.Tensor, k int)
 			return nil, &errs.InputError{Name: name, Problem: "shape",
 				Expected: fmt.Sprintf("a batch the data axis (%d devices) divides", t.mesh.mesh.Data), Got: fmt.Sprint(d)}
 		}
+	}
+	if t.src != nil {
+		return t.sourceMeshExec(ctx, mb, k)
 	}
 	inputs := map[string]*ir.Tensor{}
 	for _, s := range t.m.m.Inputs() {
@@ -322,21 +331,23 @@ func (t *Trainer) meshExec(ctx context.Context, mb map[string]*ir.Tensor, k int)
 // replicated.
 func (t *Trainer) compileMesh(e *meshExec, k int) error {
 	tm := t.mesh
-	name := "train-" + tm.name() + ":" + t.m.path
+	name := "train-" + tm.name() + ":" + t.name()
 	devs := make([]int, tm.mesh.Devices())
 	for i := range devs {
 		devs[i] = i
 	}
 	shapes := t.argShapes(e.trainExec, k, false)
 	n := len(t.params) * (1 + len(t.slots))
-	perBatch := len(shapes) - n - 1
+	c := len(t.consts) // replicated, after the state
+	perBatch := len(shapes) - n - c - 1
 	e.splits = nil
 	for i, s := range shapes {
 		pl := make(shard.Plan, s.Rank()) // replicated
 		switch {
 		case i < n:
 			pl = tm.splits[i]
-		case i < n+perBatch:
+		case i < n+c:
+		case i < n+c+perBatch:
 			pl = shard.Batch(s.Dimensions, tm.mesh.Data)
 		}
 		e.splits = append(e.splits, pl)
@@ -380,6 +391,11 @@ func (t *Trainer) stepMesh(e *meshExec, args []*ir.Tensor) (loss, norm *ir.Tenso
 			all[0][i] = a
 			for d := 1; d < D; d++ {
 				all[d][i] = tm.replicas[d-1][i]
+			}
+		case i < n+len(t.consts):
+			all[0][i] = a
+			for d := 1; d < D; d++ {
+				all[d][i] = tm.consts[d-1][i-n]
 			}
 		case e.splits[i].Split():
 			spec, err := l.Spec(e.splits[i])

@@ -46,8 +46,11 @@ type Trainable interface {
 
 // NewTrainer prepares to train src with cfg on device dev of the backend
 // (TrainOnDevice; default 0), as Model.NewTrainer does for an ONNX model:
-// cfg.Loss names the loss only (src builds it); Freeze, Mesh and
-// Strategy are refused (src says what is trained, on one device).
+// cfg.Loss names the loss only (src builds it); Freeze is refused (src
+// says what is trained). A mesh (Config.Mesh data=D) trains data-parallel
+// (Strategy dp) or with the trained tensors and their optimizer state
+// split over the data axis (fsdp); the constants are copied to every
+// device of the mesh (the Trainer owns the copies); tp is not done yet.
 func (b *Backend) NewTrainer(ctx context.Context, src Trainable, cfg train.Config, opts ...TrainerOption) (*Trainer, error) {
 	if err := b.check(); err != nil {
 		return nil, err
@@ -58,9 +61,9 @@ func (b *Backend) NewTrainer(ctx context.Context, src Trainable, cfg train.Confi
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Mesh != "" || cfg.Strategy != "" {
-		return nil, &errs.UnsupportedError{What: "feature", Name: "--mesh for " + src.TrainName(),
-			Detail: "this model trains on one device"}
+	if cfg.Strategy == "tp" {
+		return nil, &errs.UnsupportedError{What: "feature", Name: "--strategy tp for " + src.TrainName(),
+			Detail: "not yet: train data-parallel (dp) or fsdp"}
 	}
 	if cfg.Freeze != "" {
 		return nil, &errs.UnsupportedError{What: "feature", Name: "--freeze for " + src.TrainName(),
@@ -74,6 +77,13 @@ func (b *Backend) NewTrainer(ctx context.Context, src Trainable, cfg train.Confi
 	if o.device != nil {
 		dev = *o.device
 	}
+	tm, err := trainerMesh(b, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if tm != nil {
+		dev = 0
+	}
 	if dev < 0 || dev >= len(b.devices) {
 		return nil, &errs.Error{Kind: errs.InvalidArgument, Backend: b.Name(), Op: "new trainer",
 			Err: fmt.Errorf("device %d out of range: the backend has %d device(s)", dev, len(b.devices))}
@@ -83,7 +93,7 @@ func (b *Backend) NewTrainer(ctx context.Context, src Trainable, cfg train.Confi
 		return nil, &errs.InputError{Name: src.TrainName(), Problem: "value", Expected: "at least one trained tensor", Got: "none"}
 	}
 	t := &Trainer{src: src, b: b, cfg: cfg, dev: dev, params: params, slots: train.StateSlots(cfg.Optimizer),
-		execs: map[string]*trainExec{}, modelDigest: src.TrainDigest(), consts: src.TrainConstants()}
+		execs: map[string]*trainExec{}, modelDigest: src.TrainDigest(), consts: src.TrainConstants(), mesh: tm}
 	t.frozen = len(t.consts)
 	for _, c := range t.consts {
 		t.frozenElems += int64(c.Shape().Size())
@@ -92,7 +102,68 @@ func (b *Backend) NewTrainer(ctx context.Context, src Trainable, cfg train.Confi
 		t.release()
 		return nil, err
 	}
+	if tm != nil {
+		if err := t.replicate(); err != nil {
+			t.release()
+			return nil, err
+		}
+		if err := t.replicateConstants(ctx); err != nil {
+			t.release()
+			return nil, err
+		}
+	}
 	return t, nil
+}
+
+// replicateConstants copies a Trainable's constants (on device 0) to the
+// other devices of the mesh.
+func (t *Trainer) replicateConstants(ctx context.Context) error {
+	tm := t.mesh
+	for d := 1; d < tm.devices(); d++ {
+		var on []*ir.Tensor
+		for _, c := range t.consts {
+			if err := ctx.Err(); err != nil {
+				freeAll(on)
+				return err
+			}
+			h, err := hostCopy(c)
+			if err == nil {
+				var x *ir.Tensor
+				if x, err = ir.ToDevice(h, t.b.drv.Engine(), d); err == nil {
+					on = append(on, x)
+				}
+			}
+			if err != nil {
+				freeAll(on)
+				return &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "replicate constants", Err: err}
+			}
+		}
+		tm.consts = append(tm.consts, on)
+	}
+	return nil
+}
+
+// sourceMeshExec is meshExec for a Trainable.
+func (t *Trainer) sourceMeshExec(ctx context.Context, mb map[string]*ir.Tensor, k int) (*meshExec, error) {
+	key := fmt.Sprintf("k=%d", k)
+	ex := &trainExec{}
+	for _, name := range t.src.TrainInputs() {
+		s := mb[name].Shape()
+		ex.params = append(ex.params, onnx.Param{Name: name, Shape: s})
+		key += " " + name + "=" + s.String()
+	}
+	if e, ok := t.mesh.execs[key]; ok {
+		return e, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	e := &meshExec{trainExec: ex}
+	if err := t.compileMesh(e, k); err != nil {
+		return nil, err
+	}
+	t.mesh.execs[key] = e
+	return e, nil
 }
 
 // name is the trained model's name in program names and errors.

@@ -51,6 +51,12 @@ type Request struct {
 	// the text is cut before it. They need EngineOptions.NewDetokenizer:
 	// without one, Generate refuses them (ErrNoDetokenizer).
 	StopStrings []string
+	// TopLogprobs is how many alternatives each generated token's event
+	// carries (Token.Top, best first), 0..MaxLogprobs; PromptLogprobs asks
+	// for the prompt tokens' log-probabilities (Token.Prompt, on the first
+	// token's event) with TopLogprobs alternatives each (logprobs.go).
+	TopLogprobs    int
+	PromptLogprobs bool
 }
 
 // Token is one event of a generation's stream. A token has ID >= 0; the
@@ -60,6 +66,8 @@ type Token struct {
 	ID      int
 	Text    string
 	Logprob float32
+	Top     []TopLogprob    // Request.TopLogprobs alternatives, best first
+	Prompt  []PromptLogprob // the first token's, with Request.PromptLogprobs
 	Finish  string
 	Err     error
 }
@@ -138,6 +146,8 @@ type Engine struct {
 	prefill    map[int]*tensorbridge.Executable
 	pBuckets   []int
 	decode     map[decodeKey]*tensorbridge.Executable
+	decodeLP   map[decodeKey]*tensorbridge.Executable // with top logprobs (logprobs.go), compiled on first need
+	prefillLP  map[prefillKey]*tensorbridge.Executable
 	dBuckets   []int // batch buckets
 	cBuckets   []int // context buckets
 	compiles   atomic.Int64
@@ -210,6 +220,7 @@ func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err e
 		o.MinDecodeContext = 128
 	}
 	en := &Engine{m: m, opts: o, slots: slots, streamCap: streamCap, prefill: map[int]*tensorbridge.Executable{}, decode: map[decodeKey]*tensorbridge.Executable{},
+		decodeLP: map[decodeKey]*tensorbridge.Executable{}, prefillLP: map[prefillKey]*tensorbridge.Executable{},
 		queue: make(chan *seq, o.MaxQueue), closing: make(chan struct{}), done: make(chan struct{})}
 	en.cacheShape = ir.MakeShape(m.dtype, slots+1, m.maxContext, c.Layers, c.KVHeads, c.HeadDim)
 	// An engine without DynamicUpdateSlice (GoMLX's simplego, under
@@ -291,7 +302,7 @@ func (e *Engine) warmUp(ctx context.Context) error {
 			return err
 		}
 		e.prefill[p] = exe
-		if _, _, err := e.runPrefill(ctx, exe, p, []int{0}, scratch, row{}); err != nil {
+		if _, err := e.runPrefill(ctx, exe, p, []int{0}, scratch, row{}); err != nil {
 			return fmt.Errorf("llm: warming prefill %d: %w", p, err)
 		}
 	}
@@ -318,17 +329,47 @@ type decodeKey struct {
 	pen            bool
 }
 
-// decodeProgram returns the decode program of key k, compiling it the
-// first time one is needed.
-func (e *Engine) decodeProgram(ctx context.Context, k decodeKey) (*tensorbridge.Executable, error) {
-	if exe := e.decode[k]; exe != nil {
+// decodeProgram returns the decode program of key k, with top logprobs
+// when lp (logprobs.go), compiling it the first time one is needed.
+func (e *Engine) decodeProgram(ctx context.Context, k decodeKey, lp bool) (*tensorbridge.Executable, error) {
+	progs := e.decode
+	if lp {
+		progs = e.decodeLP
+	}
+	if exe := progs[k]; exe != nil {
 		return exe, nil
 	}
-	exe, err := e.compileDecode(ctx, k.batch, k.context, k.pen)
+	exe, err := e.compileDecodeVariant(ctx, k, lp)
 	if err != nil {
 		return nil, err
 	}
-	e.decode[k] = exe
+	progs[k] = exe
+	return exe, nil
+}
+
+// prefillKey names a prefill program: its prompt bucket, and whether it
+// returns the first token's top logprobs (lp) and the prompt's (echo).
+// The plain ones (lp and echo false) are compiled by warm-up, the others
+// on first need.
+type prefillKey struct {
+	p        int
+	lp, echo bool
+}
+
+// prefillProgram returns the prefill program of key k, compiling it the
+// first time one is needed.
+func (e *Engine) prefillProgram(ctx context.Context, k prefillKey) (*tensorbridge.Executable, error) {
+	if !k.lp && !k.echo {
+		return e.prefill[k.p], nil
+	}
+	if exe := e.prefillLP[k]; exe != nil {
+		return exe, nil
+	}
+	exe, err := e.compilePrefillVariant(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	e.prefillLP[k] = exe
 	return exe, nil
 }
 
@@ -386,6 +427,9 @@ func (e *Engine) Generate(ctx context.Context, r Request) (<-chan Token, error) 
 	if err := checkPenalties(r.Sampling, r, e.m.Config.Vocab); err != nil {
 		return nil, err
 	}
+	if err := checkLogprobs(r); err != nil {
+		return nil, err
+	}
 	if len(r.StopStrings) > 0 && e.opts.NewDetokenizer == nil {
 		return nil, &RequestError{Problem: fmt.Sprintf("%d stop string(s) given, but the engine has no detokenizer (EngineOptions.NewDetokenizer) to match them on the text", len(r.StopStrings)), Err: ErrNoDetokenizer}
 	}
@@ -438,7 +482,13 @@ func (e *Engine) release() {
 	for _, x := range e.decode {
 		_ = x.Close()
 	}
-	e.prefill, e.decode = nil, nil
+	for _, x := range e.decodeLP {
+		_ = x.Close()
+	}
+	for _, x := range e.prefillLP {
+		_ = x.Close()
+	}
+	e.prefill, e.decode, e.decodeLP, e.prefillLP = nil, nil, nil, nil
 	for _, t := range []*ir.Tensor{e.kc, e.vc} {
 		if t != nil {
 			_ = t.FinalizeAll()
@@ -492,7 +542,11 @@ func (e *Engine) loop() {
 			}
 			s.slot, free = free[len(free)-1], free[:len(free)-1]
 			p := e.bucketFor(len(s.req.Prompt))
-			tok, lp, err := e.runPrefill(ctx, e.prefill[p], p, s.req.Prompt, s.slot, s.row())
+			exe, err := e.prefillProgram(ctx, prefillKey{p, s.req.TopLogprobs > 0 || s.req.PromptLogprobs, s.req.PromptLogprobs})
+			var out stepOut
+			if err == nil {
+				out, err = e.runPrefill(ctx, exe, p, s.req.Prompt, s.slot, s.row())
+			}
 			if err != nil {
 				finish(s, "error", err)
 				if e.cacheLost { // the running sequences' cache rows are gone too
@@ -504,7 +558,9 @@ func (e *Engine) loop() {
 				continue
 			}
 			s.pos = len(s.req.Prompt)
-			if why := e.emit(s, tok, lp); why != "" {
+			first := out.token(0, s.req.TopLogprobs)
+			first.Prompt = out.prompt(s.req.Prompt, s.req.TopLogprobs)
+			if why := e.emit(s, first); why != "" {
 				finish(s, why, nil)
 				continue
 			}
@@ -531,18 +587,18 @@ func (e *Engine) loop() {
 		}
 		b := e.decodeBucket(len(active))
 		rows := make([]row, len(active))
-		top, pen := 0, false
+		top, pen, lp := 0, false, false
 		for i, s := range active {
 			rows[i] = s.row()
 			top = max(top, s.pos)
 			pen = pen || rows[i].needsPenalties()
+			lp = lp || s.req.TopLogprobs > 0
 		}
 		cb := e.contextBucket(top)
-		exe, err := e.decodeProgram(ctx, decodeKey{b, cb, pen})
-		var toks []int
-		var lps []float32
+		exe, err := e.decodeProgram(ctx, decodeKey{b, cb, pen}, lp)
+		var out stepOut
 		if err == nil {
-			toks, lps, err = e.runDecode(ctx, exe, b, cb, rows, pen)
+			out, err = e.runDecodeOut(ctx, exe, b, cb, rows, pen)
 		}
 		e.cacheLost = false // every active sequence ends on err
 		kept = active[:0]
@@ -552,7 +608,7 @@ func (e *Engine) loop() {
 				continue
 			}
 			s.pos++
-			if why := e.emit(s, toks[i], lps[i]); why != "" {
+			if why := e.emit(s, out.token(i, s.req.TopLogprobs)); why != "" {
 				finish(s, why, nil)
 				continue
 			}
@@ -583,14 +639,14 @@ func (e *Engine) drain(active []*seq) {
 	}
 }
 
-// emit sends a generated token and says why the sequence ends ("" when
-// it goes on).
-func (e *Engine) emit(s *seq, id int, lp float32) string {
+// emit sends a generated token t (its ID, Logprob and logprob fields
+// set) and says why the sequence ends ("" when it goes on).
+func (e *Engine) emit(s *seq, t Token) string {
+	id := t.ID
 	s.n++
 	s.last = id
 	s.hist = append(s.hist, id)
 	stop := slices.Contains(s.stopAll, id)
-	t := Token{ID: id, Logprob: lp}
 	if s.detok != nil && s.n < s.req.Sampling.MinTokens {
 		// Stop strings do not match before min_tokens (as vLLM): the
 		// text goes out as it comes.
@@ -686,7 +742,7 @@ func (e *Engine) contextBucket(pos int) int {
 }
 
 // runPrefill runs prompt (padded to p) into slot and samples its first token.
-func (e *Engine) runPrefill(ctx context.Context, exe *tensorbridge.Executable, p int, prompt []int, slot int, r row) (int, float32, error) {
+func (e *Engine) runPrefill(ctx context.Context, exe *tensorbridge.Executable, p int, prompt []int, slot int, r row) (stepOut, error) {
 	ids := make([]int, p)
 	copy(ids, prompt)
 	k := e.biasWidth()
@@ -702,21 +758,23 @@ func (e *Engine) runPrefill(ctx context.Context, exe *tensorbridge.Executable, p
 		t, err := mk()
 		if err != nil {
 			freeAll(blocks)
-			return 0, 0, err
+			return stepOut{}, err
 		}
 		blocks = append(blocks, t)
 	}
-	toks, lps, err := e.runStep(ctx, exe, blocks, []row{r}, 1, true)
-	if err != nil {
-		return 0, 0, err
-	}
-	return toks[0], lps[0], nil
+	return e.runStep(ctx, exe, blocks, []row{r}, 1, true)
 }
 
 // runDecode runs one decode step of rows padded to b (padding rows write
 // to the scratch slot) with the program of context bucket cb, which every
 // row's position is below.
 func (e *Engine) runDecode(ctx context.Context, exe *tensorbridge.Executable, b, cb int, rows []row, pen bool) ([]int, []float32, error) {
+	out, err := e.runDecodeOut(ctx, exe, b, cb, rows, pen)
+	return out.toks, out.lps, err
+}
+
+// runDecodeOut is runDecode with the program's logprob outputs, if any.
+func (e *Engine) runDecodeOut(ctx context.Context, exe *tensorbridge.Executable, b, cb int, rows []row, pen bool) (stepOut, error) {
 	tok, pos, slot := make([]int, b), make([]int, b), make([]int, b)
 	for i := range b {
 		slot[i], pos[i] = e.slots, i%cb // padding rows: scratch positions inside the bucket
@@ -743,7 +801,7 @@ func (e *Engine) runDecode(ctx context.Context, exe *tensorbridge.Executable, b,
 		t, err := mk()
 		if err != nil {
 			freeAll(blocks)
-			return nil, nil, err
+			return stepOut{}, err
 		}
 		blocks = append(blocks, t)
 	}

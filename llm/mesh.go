@@ -405,24 +405,26 @@ func (e *Engine) releaseMesh() {
 // compileMeshProgram compiles a prefill or decode program over the mesh:
 // the inputs after the weights are the K and V caches (split over KV
 // heads) and host blocks (replicated); the outputs the token and its
-// log-probability (replicated) and the new caches (split as the old).
-func (e *Engine) compileMeshProgram(ctx context.Context, name string, fn tensorbridge.Func, shapes []ir.Shape) (*tensorbridge.Executable, error) {
+// log-probability (replicated) and the new caches (split as the old),
+// then extraOuts logprob outputs (replicated).
+func (e *Engine) compileMeshProgram(ctx context.Context, name string, fn tensorbridge.Func, shapes []ir.Shape, extraOuts int) (*tensorbridge.Executable, error) {
 	extra := shapes[numWeightParams(e.m.Config):]
-	return e.m.compileMesh(ctx, name, fn, extra, []shard.Plan{cachePlan, cachePlan}, []shard.Plan{nil, nil, cachePlan, cachePlan})
+	outs := append([]shard.Plan{nil, nil, cachePlan, cachePlan}, make([]shard.Plan, extraOuts)...)
+	return e.m.compileMesh(ctx, name, fn, extra, []shard.Plan{cachePlan, cachePlan}, outs)
 }
 
 // runStepMesh is runStep over the mesh: every device gets its weights, its
 // cache shares and a copy of the blocks and sampling inputs; the sampled
 // tokens are read from device 0 and every device's new cache shares
 // replace its old.
-func (e *Engine) runStepMesh(ctx context.Context, exe *tensorbridge.Executable, blocks []*ir.Tensor, rows []row, n int, pen bool) (toks []int, lps []float32, err error) {
+func (e *Engine) runStepMesh(ctx context.Context, exe *tensorbridge.Executable, blocks []*ir.Tensor, rows []row, n int, pen bool) (out stepOut, err error) {
 	start := time.Now()
 	var inProgram time.Duration
 	defer func() { e.stats.add(time.Since(start), inProgram) }()
 	defer freeAll(blocks)
 	st, err := sampleTensors(rows, n, pen)
 	if err != nil {
-		return nil, nil, err
+		return stepOut{}, err
 	}
 	defer freeAll(st)
 	M := len(e.m.tp.devices)
@@ -437,16 +439,14 @@ func (e *Engine) runStepMesh(ctx context.Context, exe *tensorbridge.Executable, 
 	runStart := time.Now()
 	outs, err := e.m.runMesh(ctx, exe, extra)
 	if err != nil {
-		return nil, nil, err
+		return stepOut{}, err
 	}
 	// Reading the token waits for the program: it counts as in-program.
-	toks, err = int32s(outs[0][0])
-	if err == nil {
-		lps, err = float32s(outs[0][1])
-	}
+	err = out.read(outs[0][:2], outs[0][4:], e.topWidth())
 	inProgram = time.Since(runStart)
 	for d, o := range outs {
 		freeAll(o[:2])
+		freeAll(o[4:])
 		if d == 0 {
 			_ = e.kc.FinalizeAll()
 			_ = e.vc.FinalizeAll()
@@ -457,5 +457,5 @@ func (e *Engine) runStepMesh(ctx context.Context, exe *tensorbridge.Executable, 
 		_ = e.tp.vc[d-1].FinalizeAll()
 		e.tp.kc[d-1], e.tp.vc[d-1] = o[2], o[3]
 	}
-	return toks, lps, err
+	return out, err
 }

@@ -22,6 +22,9 @@ import (
 // prefill(P): tokens [1, P] (padded), length [1], slot [1], sampling [1]
 // each. decode(B, C): tokens [B, 1], positions [B, 1] (each below C),
 // slots [B], sampling [B] each; it attends to cache positions [0, C).
+// Their logprob variants (logprobs.go) return, after the caches, each
+// row's top alternatives [B, 20] (values and ids), and with the prompt's
+// (echo) each prompt position's logprob [P] and top alternatives [P, 20].
 
 // numSampleInputs is temperature, top-k, top-p, min-p, seed, index,
 // and the repetition, frequency and presence penalties.
@@ -52,13 +55,27 @@ func biasShapes(b, k int) []ir.Shape {
 
 // compilePrefill compiles the prefill program for prompts of up to p tokens.
 func (e *Engine) compilePrefill(ctx context.Context, p int) (*tensorbridge.Executable, error) {
-	c := e.m.Config
+	return e.compilePrefillVariant(ctx, prefillKey{p: p})
+}
+
+// compilePrefillVariant compiles the prefill program of key k: with the
+// first token's top logprobs when k.lp, and the prompt's when k.echo
+// (logprobs.go), as extra outputs after the caches.
+func (e *Engine) compilePrefillVariant(ctx context.Context, k prefillKey) (*tensorbridge.Executable, error) {
+	c, p := e.m.Config, k.p
 	nw := numWeightParams(c)
 	shapes := append(e.m.weightShapes(), e.cacheShape, e.cacheShape,
 		ir.MakeShape(ir.Int32, 1, p), ir.MakeShape(ir.Int32, 1), ir.MakeShape(ir.Int32, 1))
 	shapes = append(shapes, biasShapes(1, e.biasWidth())...)
 	shapes = append(shapes, sampleShapes(1)...)
-	return e.compile(ctx, fmt.Sprintf("llm-prefill-%d", p), cacheDonation(nw), func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+	name, extra := fmt.Sprintf("llm-prefill-%d", p), 0
+	if k.lp || k.echo {
+		name, extra = name+"-logprobs", 2
+	}
+	if k.echo {
+		name, extra = name+"-prompt", 5
+	}
+	return e.compile(ctx, name, cacheDonation(nw), extra, func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
 		w := newNetWeights(c, in)
 		kc, vc := in[nw], in[nw+1]
 		tokens, length, slot := in[nw+2], in[nw+3], in[nw+4]
@@ -68,15 +85,31 @@ func (e *Engine) compilePrefill(ctx context.Context, p int) (*tensorbridge.Execu
 		hl := Gather(h, last) // [1, H]
 		// The history is the prompt itself, all of it prompt tokens.
 		pen := penaltyInputs{hist: tokens, plen: length, hlen: length, biasIDs: in[nw+5], biasVals: in[nw+6], on: true}
-		tok, lp := sample(logits(w, hl), sampleNodes(in[nw+7:], pen))
-		return []*ir.Node{tok, lp, nk, nv}, nil
+		tok, lp, lsm := sampleLSM(logits(w, hl), sampleNodes(in[nw+7:], pen))
+		outs := []*ir.Node{tok, lp, nk, nv}
+		if k.lp || k.echo {
+			tv, ti := topLogprobs(lsm, e.topWidth())
+			outs = append(outs, tv, ti)
+		}
+		if k.echo {
+			plp, pv, pi := promptLogprobs(w, h, tokens, e.topWidth())
+			outs = append(outs, plp, pv, pi)
+		}
+		return outs, nil
 	}, shapes...)
 }
 
 // compileDecode compiles the decode program for b sequences whose
 // positions are all below the context bucket cb.
 func (e *Engine) compileDecode(ctx context.Context, b, cb int, pen bool) (*tensorbridge.Executable, error) {
-	c := e.m.Config
+	return e.compileDecodeVariant(ctx, decodeKey{b, cb, pen}, false)
+}
+
+// compileDecodeVariant compiles the decode program of key k, with each
+// row's top logprobs as extra outputs after the caches when lp
+// (logprobs.go).
+func (e *Engine) compileDecodeVariant(ctx context.Context, k decodeKey, lp bool) (*tensorbridge.Executable, error) {
+	c, b, cb, pen := e.m.Config, k.batch, k.context, k.pen
 	nw := numWeightParams(c)
 	shapes := append(e.m.weightShapes(), e.cacheShape, e.cacheShape,
 		ir.MakeShape(ir.Int32, b, 1), ir.MakeShape(ir.Int32, b, 1), ir.MakeShape(ir.Int32, b))
@@ -89,21 +122,31 @@ func (e *Engine) compileDecode(ctx context.Context, b, cb int, pen bool) (*tenso
 	} else {
 		shapes = append(shapes, sampleShapes(b)[:numPlainSampleInputs]...)
 	}
-	return e.compile(ctx, name, cacheDonation(nw), func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+	extra := 0
+	if lp {
+		name, extra = name+"-logprobs", 2
+	}
+	return e.compile(ctx, name, cacheDonation(nw), extra, func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
 		w := newNetWeights(c, in)
 		kc, vc := in[nw], in[nw+1]
 		tokens, pos, slots := in[nw+2], in[nw+3], in[nw+4]
 		h, nk, nv := step(c, w, tokens, pos, &cacheIO{k: kc, v: vc, slots: slots, ctx: cb, scatter: e.scatter})
+		withTop := func(tok, lp, lsm *ir.Node) []*ir.Node {
+			outs := []*ir.Node{tok, lp, nk, nv}
+			if extra > 0 {
+				tv, ti := topLogprobs(lsm, e.topWidth())
+				outs = append(outs, tv, ti)
+			}
+			return outs
+		}
 		if !pen {
-			tok, lp := sample(logits(w, h), sampleNodes(in[nw+5:], penaltyInputs{}))
-			return []*ir.Node{tok, lp, nk, nv}, nil
+			return withTop(sampleLSM(logits(w, h), sampleNodes(in[nw+5:], penaltyInputs{}))), nil
 		}
 		// The history holds positions [0, pos]: the token fed at pos is
 		// the last one generated.
 		hlen := Add(Reshape(pos, b), ConstAsDType(g, ir.Int32, 1))
 		pi := penaltyInputs{biasIDs: in[nw+5], biasVals: in[nw+6], hist: in[nw+7], plen: in[nw+8], hlen: hlen, on: true}
-		tok, lp := sample(logits(w, h), sampleNodes(in[nw+9:], pi))
-		return []*ir.Node{tok, lp, nk, nv}, nil
+		return withTop(sampleLSM(logits(w, h), sampleNodes(in[nw+9:], pi))), nil
 	}, shapes...)
 }
 
@@ -114,11 +157,12 @@ func cacheDonation(nw int) tensorbridge.Donation {
 }
 
 // compile compiles one program, with donate's inputs donated
-// (Backend.CompileDonating), and counts it.
-func (e *Engine) compile(ctx context.Context, name string, donate tensorbridge.Donation, fn tensorbridge.Func, shapes ...ir.Shape) (*tensorbridge.Executable, error) {
+// (Backend.CompileDonating), and counts it; extra is the number of its
+// outputs after the token, its logprob and the caches (logprobs.go).
+func (e *Engine) compile(ctx context.Context, name string, donate tensorbridge.Donation, extra int, fn tensorbridge.Func, shapes ...ir.Shape) (*tensorbridge.Executable, error) {
 	e.compiles.Add(1)
 	if e.m.tp != nil {
-		return e.compileMeshProgram(ctx, name, fn, shapes)
+		return e.compileMeshProgram(ctx, name, fn, shapes, extra)
 	}
 	return e.m.b.CompileDonating(ctx, name, fn, donate, shapes...)
 }
@@ -190,7 +234,7 @@ func sampleTensors(rows []row, n int, pen bool) ([]*ir.Tensor, error) {
 // donated); when it fails after that, the engine gets new zeroed caches
 // and cacheLost is set, so that every sequence holding state in them is
 // ended with the error.
-func (e *Engine) runStep(ctx context.Context, exe *tensorbridge.Executable, blocks []*ir.Tensor, rows []row, n int, pen bool) (toks []int, lps []float32, err error) {
+func (e *Engine) runStep(ctx context.Context, exe *tensorbridge.Executable, blocks []*ir.Tensor, rows []row, n int, pen bool) (out stepOut, err error) {
 	if e.m.tp != nil {
 		return e.runStepMesh(ctx, exe, blocks, rows, n, pen)
 	}
@@ -199,7 +243,7 @@ func (e *Engine) runStep(ctx context.Context, exe *tensorbridge.Executable, bloc
 	defer func() { e.stats.add(time.Since(start), inProgram) }()
 	st, err := sampleTensors(rows, n, pen)
 	if err != nil {
-		return nil, nil, err
+		return stepOut{}, err
 	}
 	defer freeAll(st)
 	defer freeAll(blocks)
@@ -216,20 +260,43 @@ func (e *Engine) runStep(ctx context.Context, exe *tensorbridge.Executable, bloc
 			_ = e.kc.FinalizeAll()
 			_ = e.vc.FinalizeAll()
 			if aerr := e.allocCache(); aerr != nil {
-				return nil, nil, errors.Join(err, aerr)
+				return stepOut{}, errors.Join(err, aerr)
 			}
 		}
-		return nil, nil, err
+		return stepOut{}, err
 	}
 	defer freeAll(outs[:2])
+	defer freeAll(outs[4:])
 	// Reading the token waits for the program: it counts as in-program.
-	toks, err = int32s(outs[0])
-	if err == nil {
-		lps, err = float32s(outs[1])
-	}
+	err = out.read(outs[:2], outs[4:], e.topWidth())
 	inProgram = time.Since(runStart)
 	e.kc, e.vc = outs[2], outs[3] // the old ones were donated to the run
-	return toks, lps, err
+	return out, err
+}
+
+// stepOut is a program run's results: each row's token and its
+// log-probability, and the logprob programs' extra outputs.
+type stepOut struct {
+	toks []int
+	lps  []float32
+	logprobOuts
+}
+
+// read reads the token and logprob outputs (first) and the extra ones.
+func (o *stepOut) read(first, extra []*ir.Tensor, width int) error {
+	var err error
+	if o.toks, err = int32s(first[0]); err != nil {
+		return err
+	}
+	if o.lps, err = float32s(first[1]); err != nil {
+		return err
+	}
+	return o.logprobOuts.read(extra, width)
+}
+
+// token is row i's event: its id and logprob, and k alternatives.
+func (o *stepOut) token(i, k int) Token {
+	return Token{ID: o.toks[i], Logprob: o.lps[i], Top: o.top(i, k)}
 }
 
 // StepStats are the engine's program runs (prefill and decode) since

@@ -33,6 +33,14 @@ type sampleParams struct {
 // penalties and biases (penalize) come first, then temperature and the
 // filters; greedy is the argmax of the penalized logits.
 func sample(lg *Node, sp sampleParams) (tok, logprob *Node) {
+	tok, logprob, _ = sampleLSM(lg, sp)
+	return tok, logprob
+}
+
+// sampleLSM is sample that also returns the log-softmax of the raw
+// logits [B, V], from which the logprob programs take the top
+// alternatives (logprobs.go).
+func sampleLSM(lg *Node, sp sampleParams) (tok, logprob, lsm *Node) {
 	g := lg.Graph()
 	b, vsz := lg.Shape().Dimensions[0], lg.Shape().Dimensions[1]
 	f32 := func(x float64) *Node { return ConstAsDType(g, ir.Float32, x) }
@@ -93,10 +101,10 @@ func sample(lg *Node, sp sampleParams) (tok, logprob *Node) {
 	drawn := ArgMax(Add(x, gumbel), -1, ir.Int32)
 	tok = Where(LessOrEqual(sp.temp, f32(0)), greedy, drawn)
 
-	lsm := LogSoftmax(lg, -1)
+	lsm = LogSoftmax(lg, -1)
 	onehot := Equal(Iota(g, ir.MakeShape(ir.Int32, b, vsz), 1), col(tok))
 	logprob = ReduceSum(Where(onehot, lsm, ZerosLike(lsm)), -1)
-	return tok, logprob
+	return tok, logprob, lsm
 }
 
 // uniform returns [B, V] numbers in (0, 1) from a hash of each row's seed

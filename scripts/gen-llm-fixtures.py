@@ -104,6 +104,44 @@ def penalty_refs(model, tokenizer):
     return refs
 
 
+def logprob_refs(model, refs):
+    """logprobs.json: for each reference, prompt and greedy tokens run in one
+    forward pass; at every position, the float32 log-softmax of the next
+    token and the top 20 (ids and values, best first), as the serving APIs'
+    logprobs report them."""
+    out = []
+    for r in refs:
+        ids = r["prompt_ids"] + r["token_ids"]
+        with torch.no_grad():
+            lsm = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+        top = torch.topk(lsm, 20, -1)
+        out.append({"ids": ids, "prompt_len": len(r["prompt_ids"]),
+                    "token_logprobs": [lsm[i, ids[i + 1]].item() for i in range(len(ids) - 1)],
+                    "top_ids": top.indices.tolist(), "top_logprobs": top.values.tolist()})
+    return out
+
+
+# Embedding references: texts (tokenised with the default special tokens,
+# so BOS first) and token-id inputs, one of them a single token.
+EMBED_INPUTS = [{"text": t} for t in PROMPTS[:3]] + [{"ids": [5]}, {"ids": [0, 17, 42, 99, 7, 7, 130]}]
+
+
+def embedding_refs(model, tokenizer):
+    """embeddings.json: for each input, the final hidden states (after the
+    final norm) of its tokens alone, pooled by the last token, the mean over
+    tokens and the first token (sentence-transformers' lasttoken, mean and
+    cls pooling), each L2-normalised in float32, as /v1/embeddings answers."""
+    out = []
+    for inp in EMBED_INPUTS:
+        ids = inp["ids"] if "ids" in inp else tokenizer.encode(inp["text"])
+        with torch.no_grad():
+            h = model.model(torch.tensor([ids])).last_hidden_state[0].float()
+        pooled = {"last": h[-1], "mean": h.mean(0), "cls": h[0]}
+        out.append({"text": inp.get("text"), "ids": ids,
+                    **{k: torch.nn.functional.normalize(v, dim=0).tolist() for k, v in pooled.items()}})
+    return out
+
+
 def main(out, only=()):
     torch.manual_seed(0)
     tokenizer = train_tokenizer()
@@ -145,6 +183,10 @@ def main(out, only=()):
                        "new_tokens": NEW_TOKENS, "references": refs}, f)
         with open(os.path.join(d, "penalties.json"), "w") as f:
             json.dump({"transformers": transformers.__version__, "references": penalty_refs(model, tokenizer)}, f)
+        with open(os.path.join(d, "logprobs.json"), "w") as f:
+            json.dump({"transformers": transformers.__version__, "references": logprob_refs(model, refs)}, f)
+        with open(os.path.join(d, "embeddings.json"), "w") as f:
+            json.dump({"transformers": transformers.__version__, "references": embedding_refs(model, tokenizer)}, f)
         print(name, "ok", [len(r["token_ids"]) for r in refs])
 
 

@@ -5,7 +5,8 @@
 # the kernel picks, runs scripts/openai_e2e.py (greedy texts, and greedy
 # ids under penalties and logit_bias, against
 # transformers', streaming, usage and include_usage, stop strings,
-# max_tokens, seeds, bad requests),
+# max_tokens, seeds, embeddings against transformers' pooled hidden
+# states, bad requests),
 # which sends SIGTERM with a stream running; the server must then exit 0
 # within 15 s. Loopback only; every step is bounded in time.
 #

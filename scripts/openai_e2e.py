@@ -138,6 +138,98 @@ r = client.completions.create(model=name, prompt=refs[0]["text"], max_tokens=8, 
                               presence_penalty=2.0)
 check("frequency and presence penalties accepted", len(r.choices) == 1 and r.usage.completion_tokens >= 1, r)
 
+# Logprobs: every token's log-probability and its top 5 alternatives
+# equal transformers' float32 log-softmax (logprobs.json) within 1e-4,
+# streamed and whole; completions echo the prompt's (its first null);
+# chat's bytes rebuild the message's text.
+with open(os.path.join(args.checkpoint, "logprobs.json")) as f:
+    lp_refs = json.load(f)["references"]
+
+
+def close(a, b):
+    return a is not None and abs(a - b) <= 1e-4
+
+
+def chat_logprobs(msgs, n, stream):
+    kw = dict(model=name, messages=msgs, max_tokens=n, temperature=0, logprobs=True, top_logprobs=5)
+    if not stream:
+        c = client.chat.completions.create(**kw).choices[0]
+        return c.message.content, c.finish_reason, c.logprobs.content
+    text, finish, content = "", None, []
+    for ch in client.chat.completions.create(stream=True, **kw):
+        if ch.choices:
+            text += ch.choices[0].delta.content or ""
+            finish = ch.choices[0].finish_reason or finish
+            if ch.choices[0].logprobs and ch.choices[0].logprobs.content:
+                content += ch.choices[0].logprobs.content
+    return text, finish, content
+
+
+def completion_logprobs(prompt, n, stream):
+    kw = dict(model=name, prompt=prompt, max_tokens=n, temperature=0, logprobs=5, echo=True)
+    if not stream:
+        c = client.completions.create(**kw).choices[0]
+        return c.text, c.logprobs.tokens, c.logprobs.token_logprobs, c.logprobs.top_logprobs
+    text, toks, lps, tops = "", [], [], []
+    for ch in client.completions.create(stream=True, **kw):
+        if ch.choices:
+            text += ch.choices[0].text
+            if ch.choices[0].logprobs:
+                toks += ch.choices[0].logprobs.tokens
+                lps += ch.choices[0].logprobs.token_logprobs
+                tops += ch.choices[0].logprobs.top_logprobs
+    return text, toks, lps, tops
+
+
+for i, ref in enumerate(refs):
+    lr, n = lp_refs[i], len(ref["token_ids"])
+    want_lp, want_top, pl = lr["token_logprobs"], lr["top_logprobs"], lr["prompt_len"]
+    for stream in (False, True):
+        if ref["chat"]:
+            text, finish, content = chat_logprobs([{"role": "user", "content": ref["text"]}], n, stream)
+            ok = len(content) == n and all(
+                close(c.logprob, want_lp[pl - 1 + j]) and len(c.top_logprobs) == 5
+                and all(close(t.logprob, want_top[pl - 1 + j][m]) for m, t in enumerate(c.top_logprobs))
+                for j, c in enumerate(content))
+            kept = content[:-1] if finish == "stop" else content
+            raw = bytes(b for c in kept for b in c.bytes)
+            check(f"chat {i} logprobs (stream={stream})", ok, [(c.logprob, want_lp[pl - 1 + j]) for j, c in enumerate(content)][:4])
+            check(f"chat {i} bytes rebuild the text (stream={stream})",
+                  raw.decode("utf-8", errors="replace") == text and "\ufffd".encode() not in raw, (raw, text))
+            continue
+        text, toks, lps, tops = completion_logprobs(ref["text"], n, stream)
+        ok = len(toks) == len(lr["ids"]) and lps[0] is None and tops[0] is None and all(
+            close(lps[j], want_lp[j - 1]) and 1 <= len(tops[j]) <= 6
+            and all(any(close(v, w) for w in want_top[j - 1][:5] + [want_lp[j - 1]]) for v in tops[j].values())
+            for j in range(1, len(toks)))
+        check(f"completion {i} echo logprobs (stream={stream})", ok and text.startswith(ref["text"]),
+              (len(toks), len(lr["ids"]), lps[:3], want_lp[:2]))
+
+# Embeddings: every input (texts, with BOS as transformers' tokenizer
+# adds it, and token-id lists) equals transformers' last-token pooled,
+# L2-normalised hidden states (embeddings.json) within 1e-4: as floats,
+# as base64 decoded by the client itself (its default, encoding_format
+# omitted), and as base64 decoded here.
+with open(os.path.join(args.checkpoint, "embeddings.json")) as f:
+    emb_refs = json.load(f)["references"]
+emb_inputs = [r["text"] for r in emb_refs if r["text"] is not None]
+emb_want = [r["last"] for r in emb_refs if r["text"] is not None]
+for fmt in ("float", None, "base64"):
+    kw = {} if fmt is None else {"encoding_format": fmt}
+    for inputs, want in ((emb_inputs, emb_want), ([r["ids"] for r in emb_refs], [r["last"] for r in emb_refs])):
+        e = client.embeddings.create(model=name, input=inputs, **kw)
+        got = [d.embedding for d in e.data]
+        if fmt == "base64":
+            import array, base64
+            got = [array.array("f", base64.b64decode(g)).tolist() for g in got]
+        ok = len(got) == len(want) and all(len(g) == len(w) and max(abs(a - b) for a, b in zip(g, w)) <= 1e-4
+                                           for g, w in zip(got, want))
+        ntok = sum(len(r["ids"]) for r in emb_refs) if isinstance(inputs[0], list) else None
+        check(f"embeddings of {'ids' if ntok else 'texts'} (encoding_format={fmt})",
+              ok and [d.index for d in e.data] == list(range(len(want))) and (ntok is None or e.usage.prompt_tokens == ntok),
+              (e.usage, [len(g) for g in got]))
+
+
 # Bad requests: 4xx with a message.
 def refused(what, status, fn):
     try:
@@ -156,6 +248,13 @@ refused("presence_penalty 3 400", 400, lambda: client.completions.create(model=n
 refused("logit_bias outside the vocabulary 400", 400, lambda: client.completions.create(model=name, prompt="x", logit_bias={"999999": 1}))
 refused("negative repetition_penalty 400", 400, lambda: client.completions.create(model=name, prompt="x", extra_body={"repetition_penalty": -1}))
 refused("chat n=2 400", 400, lambda: client.chat.completions.create(model=name, messages=[{"role": "user", "content": "x"}], n=2))
+refused("top_logprobs 21 400", 400, lambda: client.chat.completions.create(
+    model=name, messages=[{"role": "user", "content": "x"}], logprobs=True, top_logprobs=21))
+refused("top_logprobs without logprobs 400", 400, lambda: client.chat.completions.create(
+    model=name, messages=[{"role": "user", "content": "x"}], top_logprobs=3))
+refused("completions logprobs 21 400", 400, lambda: client.completions.create(model=name, prompt="x", logprobs=21))
+refused("embeddings dimensions 400", 400, lambda: client.embeddings.create(model=name, input="x", dimensions=8))
+refused("embeddings of an empty string 400", 400, lambda: client.embeddings.create(model=name, input=""))
 
 # SIGTERM while a stream runs: the stream ends properly (finished, or
 # cancelled at the drain deadline); the shell script checks the exit.

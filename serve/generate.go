@@ -30,6 +30,10 @@ type GeneratorSource struct {
 	// Engine.NewDetokenizer from the checkpoint's tokenizer.
 	Load   llm.LoadOptions
 	Engine llm.EngineOptions
+	// Pooling of /v1/embeddings: "" takes the checkpoint's
+	// sentence-transformers configuration, else the last token's
+	// (llm.ResolvePooling).
+	Pooling llm.Pooling
 }
 
 // IsCheckpointDir reports whether path is a directory holding a Hugging
@@ -53,6 +57,7 @@ type generator struct {
 	running atomic.Int64 // sequences with their first token
 	waiting atomic.Int64 // sequences accepted, before their first token
 	slots   int
+	emb     embedState // /v1/embeddings (openai_embed.go)
 }
 
 // loadGenerator reads the tokenizer and places the weights on device 0.
@@ -64,6 +69,10 @@ func loadGenerator(ctx context.Context, b *tensorbridge.Backend, src GeneratorSo
 	if err != nil {
 		return nil, err
 	}
+	pool, err := llm.ResolvePooling(src.Dir, src.Pooling)
+	if err != nil {
+		return nil, err
+	}
 	m, err := llm.Load(ctx, b, src.Dir, src.Load)
 	if err != nil {
 		return nil, err
@@ -71,6 +80,7 @@ func loadGenerator(ctx context.Context, b *tensorbridge.Backend, src GeneratorSo
 	g := &generator{name: src.Name, dir: src.Dir, tok: tok, model: m, opts: src.Engine,
 		context: m.MaxContext(), created: time.Now().Unix()}
 	g.opts.NewDetokenizer = func() llm.Detokenizer { return tok.NewDecoder(true) }
+	g.emb.pooling = pool
 	return g, nil
 }
 
@@ -96,6 +106,7 @@ func (g *generator) warmup(ctx context.Context, log *slog.Logger) error {
 // close stops the engine (running streams end "cancelled") and frees the
 // weights.
 func (g *generator) close() {
+	g.emb.close()
 	if e := g.eng.Swap(nil); e != nil {
 		_ = e.Close()
 	}
@@ -366,7 +377,9 @@ type genEvent struct {
 	text    string
 	ids     []int
 	logprob []float32
-	finish  string // "" until the last event
+	top     [][]llm.TopLogprob  // each token's alternatives (Request.TopLogprobs)
+	prompt  []llm.PromptLogprob // the prompt's, on the first token (Request.PromptLogprobs)
+	finish  string              // "" until the last event
 	err     error
 }
 
@@ -426,7 +439,7 @@ func (s *Server) runGeneration(ctx context.Context, g *generator, r llm.Request,
 			last = now
 			st.completion++
 			g.met.generated.Inc()
-			ev.ids, ev.logprob = []int{t.ID}, []float32{t.Logprob}
+			ev.ids, ev.logprob, ev.top, ev.prompt = []int{t.ID}, []float32{t.Logprob}, [][]llm.TopLogprob{t.Top}, t.Prompt
 		}
 		if ev.finish == "cancelled" {
 			ev.finish = "abort" // vLLM's finish reason for an aborted sequence

@@ -47,11 +47,12 @@ func (e *routeError) Error() string {
 	if e.Allow != "" {
 		return fmt.Sprintf("%s %s: this endpoint takes %s", e.Method, e.Path, e.Allow)
 	}
-	return fmt.Sprintf("no such endpoint: %s %s (the OpenAI-compatible API has GET /v1/models, POST /v1/completions and POST /v1/chat/completions)", e.Method, e.Path)
+	return fmt.Sprintf("no such endpoint: %s %s (the OpenAI-compatible API has GET /v1/models, POST /v1/completions, POST /v1/chat/completions and POST /v1/embeddings)", e.Method, e.Path)
 }
 
 // oaiMethods are the /v1 endpoints and the method each takes.
-var oaiMethods = map[string]string{"/v1/models": http.MethodGet, "/v1/completions": http.MethodPost, "/v1/chat/completions": http.MethodPost}
+var oaiMethods = map[string]string{"/v1/models": http.MethodGet, "/v1/completions": http.MethodPost, "/v1/chat/completions": http.MethodPost,
+	"/v1/embeddings": http.MethodPost}
 
 // oaiNoRoute answers a /v1 request no endpoint took.
 func oaiNoRoute(w http.ResponseWriter, r *http.Request) {

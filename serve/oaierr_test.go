@@ -89,8 +89,8 @@ func TestOpenAIErrorObjects(t *testing.T) {
 	}{
 		{"no token", "POST", "/v1/completions", "", `{}`, nil, 401, "authentication_error", "invalid_api_key", "missing"},
 		{"wrong token", "GET", "/v1/models", "Bearer nope", "", nil, 401, "authentication_error", "invalid_api_key", "wrong token"},
-		{"no token, unknown path", "GET", "/v1/embeddings", "", "", nil, 401, "authentication_error", "invalid_api_key", "missing"},
-		{"unknown path", "POST", "/v1/embeddings", auth, `{}`, nil, 404, "invalid_request_error", "unknown_url", "no such endpoint: POST /v1/embeddings"},
+		{"no token, unknown path", "GET", "/v1/audio/speech", "", "", nil, 401, "authentication_error", "invalid_api_key", "missing"},
+		{"unknown path", "POST", "/v1/audio/speech", auth, `{}`, nil, 404, "invalid_request_error", "unknown_url", "no such endpoint: POST /v1/audio/speech"},
 		{"the API root", "GET", "/v1", auth, "", nil, 404, "invalid_request_error", "unknown_url", "no such endpoint"},
 		{"GET on completions", "GET", "/v1/completions", auth, "", nil, 405, "invalid_request_error", "method_not_allowed", "takes POST"},
 		{"POST on models", "POST", "/v1/models", auth, `{}`, nil, 405, "invalid_request_error", "method_not_allowed", "takes GET"},

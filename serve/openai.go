@@ -16,6 +16,7 @@ import (
 
 	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/internal/oip"
+	"github.com/tensorbridge/tensorbridge/llm"
 	"github.com/tensorbridge/tensorbridge/llm/tokenizer"
 )
 
@@ -30,6 +31,7 @@ func (s *Server) registerGenerate(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/models", s.oaiModels)
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.oaiGenerate(w, r, false) })
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.oaiGenerate(w, r, true) })
+	mux.HandleFunc("POST /v1/embeddings", s.oaiEmbeddings)
 	mux.HandleFunc("/v1/", oaiNoRoute) // an unknown path, or a known one with another method
 	mux.HandleFunc("/v1", oaiNoRoute)
 	for _, prefix := range []string{"/v2/models/{model}", "/v2/models/{model}/versions/{version}"} {
@@ -139,10 +141,11 @@ type oaiRequest struct {
 	Messages []chatMessage   `json:"messages"`
 	N        *int64          `json:"n"`
 	Stream   bool            `json:"stream"`
-	// Completions: an integer (0: the sampled token's log-probability);
-	// chat: a boolean, with top_logprobs.
+	// Completions: an integer k (the sampled token's log-probability and
+	// k alternatives); chat: a boolean, with top_logprobs: k
+	// (openai_logprobs.go). Raw, so that a wrong type is a 400 naming it.
 	Logprobs    json.RawMessage `json:"logprobs"`
-	TopLogprobs *int64          `json:"top_logprobs"`
+	TopLogprobs json.RawMessage `json:"top_logprobs"`
 	Echo        bool            `json:"echo"`
 	BestOf      *int64          `json:"best_of"`
 	sampling
@@ -229,8 +232,8 @@ func (q *oaiRequest) checkUnsupported(chat bool) error {
 	if q.BestOf != nil && *q.BestOf != 1 {
 		return paramErr("best_of", "only best_of=1 is supported, got %d", *q.BestOf)
 	}
-	if q.Echo {
-		return paramErr("echo", "echo is not supported")
+	if q.Echo && chat {
+		return paramErr("echo", "echo is a completions field (chat completions do not echo)")
 	}
 	if chat && q.Prompt != nil {
 		return paramErr("prompt", "chat completions take messages, not prompt")
@@ -238,33 +241,7 @@ func (q *oaiRequest) checkUnsupported(chat bool) error {
 	if !chat && q.Messages != nil {
 		return paramErr("messages", "completions take prompt, not messages (use /v1/chat/completions)")
 	}
-	if q.TopLogprobs != nil && *q.TopLogprobs != 0 {
-		return paramErr("top_logprobs", "top_logprobs is not supported (only the sampled token's log-probability, top_logprobs 0)")
-	}
 	return nil
-}
-
-// wantLogprobs reads "logprobs": completions take an integer (only 0,
-// the sampled token's), chat a boolean.
-func (q *oaiRequest) wantLogprobs(chat bool) (bool, error) {
-	if len(q.Logprobs) == 0 || string(q.Logprobs) == "null" {
-		return false, nil
-	}
-	if chat {
-		var b bool
-		if err := json.Unmarshal(q.Logprobs, &b); err != nil {
-			return false, paramErr("logprobs", "logprobs must be a boolean")
-		}
-		return b, nil
-	}
-	var n int64
-	if err := json.Unmarshal(q.Logprobs, &n); err != nil {
-		return false, paramErr("logprobs", "logprobs must be an integer")
-	}
-	if n != 0 {
-		return false, paramErr("logprobs", "only logprobs=0 (the sampled token's log-probability) is supported, got %d", n)
-	}
-	return true, nil
 }
 
 func newID(prefix string) string {
@@ -312,7 +289,7 @@ func (s *Server) oaiGenerate(w http.ResponseWriter, r *http.Request, chat bool) 
 		fail(err)
 		return
 	}
-	logprobs, err := q.wantLogprobs(chat)
+	lp, err := q.logprobSpec(chat)
 	if err != nil {
 		fail(err)
 		return
@@ -335,9 +312,13 @@ func (s *Server) oaiGenerate(w http.ResponseWriter, r *http.Request, chat bool) 
 		fail(err)
 		return
 	}
+	req.TopLogprobs, req.PromptLogprobs = lp.top, lp.echo && lp.on
 	res.done() // the body is no longer held
-	o := &oaiOut{s: s, g: g, w: w, rc: http.NewResponseController(w), chat: chat, logprobs: logprobs, includeUsage: includeUsage,
+	o := &oaiOut{s: s, g: g, w: w, rc: http.NewResponseController(w), chat: chat, lp: lp, includeUsage: includeUsage,
 		id: newID(map[bool]string{false: "cmpl-", true: "chatcmpl-"}[chat]), created: time.Now().Unix()}
+	if lp.echo {
+		o.echo, o.prompt = q.echoText(g, ids), ids
+	}
 	_ = o.rc.SetWriteDeadline(time.Time{}) // set per write instead: generation outlasts the server's write timeout
 	defer o.cutWritesAtDrain()()
 	var st genStats
@@ -367,7 +348,11 @@ type oaiOut struct {
 	w        http.ResponseWriter
 	rc       *http.ResponseController
 	chat     bool
-	logprobs bool
+	lp       lpSpec
+	echo     string // the prompt's text, with echo
+	prompt   []int  // the prompt's ids, with echo
+	echoSent bool   // the echo went out in a stream's first chunk
+	lpOffset int    // text_offset of the next token (completions' logprobs)
 	// includeUsage: stream_options.include_usage (a last chunk with the
 	// usage, "usage": null on the others).
 	includeUsage bool
@@ -376,11 +361,13 @@ type oaiOut struct {
 	started      bool // stream headers written
 	roleSent     bool
 
-	text   strings.Builder
-	tokens []int
-	lps    []float32
-	finish string
-	err    error
+	text    strings.Builder
+	tokens  []int
+	lps     []float32
+	tops    [][]llm.TopLogprob
+	promptL []llm.PromptLogprob
+	finish  string
+	err     error
 }
 
 func (o *oaiOut) object() string {
@@ -391,29 +378,21 @@ func (o *oaiOut) object() string {
 }
 
 // logprobsJSON is a piece's log-probabilities in the endpoint's format
-// (nil when not asked for).
-func (o *oaiOut) logprobsJSON(ids []int, lps []float32) any {
-	if !o.logprobs {
+// (nil when not asked for); completions' text offsets continue from the
+// previous piece's.
+func (o *oaiOut) logprobsJSON(es []lpEntry) any {
+	if !o.lp.on {
 		return nil
 	}
 	if o.chat {
-		content := []map[string]any{}
-		for i, id := range ids {
-			t := o.g.tok.Decode([]int{id}, false)
-			content = append(content, map[string]any{"token": t, "logprob": lps[i], "bytes": []byte(t), "top_logprobs": []any{}})
-		}
-		return map[string]any{"content": content}
+		return o.chatLogprobs(es)
 	}
-	toks := []string{}
-	for _, id := range ids {
-		toks = append(toks, o.g.tok.Decode([]int{id}, false))
-	}
-	return map[string]any{"tokens": toks, "token_logprobs": lps, "top_logprobs": nil, "text_offset": nil}
+	return o.completionLogprobs(es, &o.lpOffset)
 }
 
 // choice is one choice of a chunk or a whole answer.
-func (o *oaiOut) choice(text string, ids []int, lps []float32, finish string, whole bool) map[string]any {
-	c := map[string]any{"index": 0, "logprobs": o.logprobsJSON(ids, lps), "finish_reason": nil}
+func (o *oaiOut) choice(text string, es []lpEntry, finish string, whole bool) map[string]any {
+	c := map[string]any{"index": 0, "logprobs": o.logprobsJSON(es), "finish_reason": nil}
 	if finish != "" {
 		c["finish_reason"] = finish
 	}
@@ -490,7 +469,17 @@ func (o *oaiOut) streamEvent(ev genEvent) error {
 		b, _ := json.Marshal(map[string]oaiError{"error": e})
 		return o.sse(b)
 	}
-	return o.chunk([]any{o.choice(ev.text, ev.ids, ev.logprob, ev.finish, false)}, nil)
+	es := genEntries(ev.ids, ev.logprob, ev.top)
+	text := ev.text
+	if o.lp.echo && !o.echoSent && ev.ids != nil {
+		// The prompt goes out with the first token, as vLLM streams it.
+		o.echoSent = true
+		text = o.echo + text
+		if o.lp.on {
+			es = append(promptEntries(o.prompt, ev.prompt), es...)
+		}
+	}
+	return o.chunk([]any{o.choice(text, es, ev.finish, false)}, nil)
 }
 
 // streamEnd sends the usage chunk when stream_options.include_usage
@@ -509,6 +498,10 @@ func (o *oaiOut) collect(ev genEvent) error {
 	o.text.WriteString(ev.text)
 	o.tokens = append(o.tokens, ev.ids...)
 	o.lps = append(o.lps, ev.logprob...)
+	o.tops = append(o.tops, ev.top...)
+	if ev.prompt != nil {
+		o.promptL = ev.prompt
+	}
 	if ev.finish != "" {
 		o.finish = ev.finish
 	}
@@ -527,9 +520,17 @@ func (o *oaiOut) writeWhole(st genStats) {
 	if o.chat {
 		object = "chat.completion"
 	}
+	es := genEntries(o.tokens, o.lps, o.tops)
+	text := o.text.String()
+	if o.lp.echo {
+		text = o.echo + text
+		if o.lp.on {
+			es = append(promptEntries(o.prompt, o.promptL), es...)
+		}
+	}
 	_ = o.rc.SetWriteDeadline(o.writeDeadline())
 	writeJSON(o.w, http.StatusOK, map[string]any{"id": o.id, "object": object, "created": o.created, "model": o.g.name,
-		"choices": []any{o.choice(o.text.String(), o.tokens, o.lps, o.finish, true)}, "usage": st.usage()})
+		"choices": []any{o.choice(text, es, o.finish, true)}, "usage": st.usage()})
 }
 
 // oipGenerateRequest is KServe's generate request: text_input and

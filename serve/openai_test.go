@@ -375,7 +375,7 @@ func TestOpenAIBadRequests(t *testing.T) {
 		{"seed out of range", "/v1/completions", `{"model":"qwen2","prompt":"x","seed":-5}`, 400, "seed", "seed"},
 		{"no messages", "/v1/chat/completions", `{"model":"qwen2","messages":[]}`, 400, "messages", "messages"},
 		{"token id outside the vocabulary", "/v1/completions", `{"model":"qwen2","prompt":[5,99999]}`, 400, "", "vocabulary"},
-		{"top logprobs", "/v1/completions", `{"model":"qwen2","prompt":"x","logprobs":5}`, 400, "logprobs", "logprobs"},
+		{"logprobs over 20", "/v1/completions", `{"model":"qwen2","prompt":"x","logprobs":21}`, 400, "logprobs", "[0, 20]"},
 		{"deep JSON", "/v1/completions", `{"model":"qwen2","prompt":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`, 400, "", "malformed JSON"},
 		{"body over the limit", "/v1/completions", `{"model":"qwen2","prompt":"` + strings.Repeat("a", 70<<10) + `"}`, 413, "", "bytes"},
 	}

@@ -58,6 +58,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	kvBytes := fs.Int64("kv-cache-bytes", 0, "checkpoint directories: KV cache size in bytes (default: 512 MiB on CPU backends, else what the memory budget leaves after the weights)")
 	quantize := fs.String("quantize", "none", "checkpoint directories: none, or int8: the layers' linear projections as int8 with a float32 scale per output channel")
 	maxSeqs := fs.Int("max-sequences", 0, "checkpoint directories: sequences generated at once, each holding one KV-cache slot (default 16)")
+	pooling := fs.String("pooling", "", "checkpoint directories: /v1/embeddings pooling, last, mean or cls (default: the checkpoint's sentence-transformers config, else last)")
 	stream := fs.Duration("stream-drain-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long running generations may go on before they are cancelled")
 	metricsPublic := fs.Bool("metrics-public", false, "with --auth-token-file, leave /metrics open")
 	var sf settingsFlags
@@ -70,6 +71,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	quant, err := llm.ParseQuantization(*quantize)
 	if err != nil {
 		return usageErr("--quantize: %v", err)
+	}
+	pool, err := llm.ParsePooling(*pooling)
+	if err != nil {
+		return usageErr("--pooling: %v", err)
 	}
 	settings, err := sf.settings()
 	if err != nil {
@@ -150,7 +155,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			gens = append(gens, serve.GeneratorSource{Dir: p,
 				Load:   llm.LoadOptions{Precision: config.Precision(sf.precision), MaxContext: *maxContext, Mesh: mesh, Quantize: quant},
-				Engine: llm.EngineOptions{KVCacheBytes: *kvBytes, MaxSequences: *maxSeqs, MaxQueue: *queueSize}})
+				Engine: llm.EngineOptions{KVCacheBytes: *kvBytes, MaxSequences: *maxSeqs, MaxQueue: *queueSize}, Pooling: pool})
 			continue
 		}
 		mesh, err := mf.resolve(ctx, b, p)

@@ -74,8 +74,10 @@ func (f *trainFlags) checkLLM() error {
 		return usageErr("a checkpoint directory trains with exactly one of --lora SPEC, --lora-init DIR or --full")
 	case l.merge && l.full:
 		return usageErr("--merge is for LoRA (a full fine-tune always writes a whole checkpoint)")
-	case f.freeze != "" || f.mesh != "" || f.strategy != "":
-		return usageErr("--freeze, --mesh and --strategy are for ONNX models (not yet for checkpoint directories)")
+	case f.freeze != "":
+		return usageErr("--freeze is for ONNX models: a checkpoint directory trains --lora adapters or every weight (--full)")
+	case f.strategy == "tp":
+		return usageErr("--strategy tp is not yet for checkpoint directories: use --mesh data=D with dp or fsdp")
 	case f.set["loss"] && f.loss != "causal_lm":
 		return usageErr("--loss for a checkpoint directory is causal_lm (transformers' causal-LM loss), got %q", f.loss)
 	}

@@ -70,7 +70,7 @@ func TestTrainLLMBadInput(t *testing.T) {
 		{"two modes", with("--full", "--lora", "r=4,alpha=8,targets=q_proj"), "exactly one"},
 		{"dropout", with("--lora", "r=4,alpha=8,targets=q_proj,dropout=0.1"), "dropout"},
 		{"merge with full", with("--full", "--merge"), "--merge"},
-		{"mesh", append(with("--mesh", "data=1"), lora...), "--mesh"},
+		{"tp", append(with("--mesh", "data=1,model=2", "--strategy", "tp"), lora...), "--strategy tp"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := run(t, tc.args...)
@@ -244,5 +244,36 @@ func checkLogits(t *testing.T, dir string, ids []int, want [][]float64) {
 	}
 	if worst > 1e-4*scale {
 		t.Errorf("logits differ from the reference by %.3g (largest |logit| %.3g)", worst, scale)
+	}
+}
+
+// TestTrainLLMMesh: LoRA over a mesh of two xla-cpu devices, data-parallel
+// and fsdp, gives PEFT's losses as one device does (within 1e-5).
+func TestTrainLLMMesh(t *testing.T) {
+	ctx := context.Background()
+	b, err := tensorbridge.Open(ctx, "xla-cpu:devices=2")
+	if err != nil {
+		testreq.Skipf(t, "xla-cpu: %v", err)
+	}
+	b.Close()
+	base, _ := llmFixture(t, "llama")
+	fix, refs := finetuneFixture(t, "llama")
+	ref := refs.Runs["lora-text"]
+	for _, strategy := range []string{"dp", "fsdp"} {
+		t.Run(strategy, func(t *testing.T) {
+			logPath := filepath.Join(t.TempDir(), "log.jsonl")
+			code, _, stderr := run(t, "train", base, "--data", filepath.Join("..", "..", "llm", "sft", "testdata", ref.Data),
+				"--seq-len", "64", "--batch", "2", "--steps", fmt.Sprint(len(ref.Losses)), "--lr", "1e-3", "--weight-decay", "0.01",
+				"--lora-init", filepath.Join(fix, ref.Init), "--backend", "xla-cpu:devices=2", "--mesh", "data=2", "--strategy", strategy,
+				"--log-json", logPath)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			for i, l := range readLog(t, logPath) {
+				if d := math.Abs(*l.Loss-ref.Losses[i]) / ref.Losses[i]; d > 1e-5 {
+					t.Errorf("step %d: loss %.9g, PEFT %.9g (relative %.2g)", i+1, *l.Loss, ref.Losses[i], d)
+				}
+			}
+		})
 	}
 }
