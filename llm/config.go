@@ -45,6 +45,9 @@ type Config struct {
 	// quant is how Load stores the projection weights (quant.go); not
 	// from config.json.
 	quant Quantization
+	// adapt is the LoRA adapters Load placed beside the weights
+	// (adapters.go); nil without.
+	adapt *adapterLayout
 }
 
 // Rope is the rotary embedding's settings.

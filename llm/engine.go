@@ -57,6 +57,9 @@ type Request struct {
 	// token's event) with TopLogprobs alternatives each (logprobs.go).
 	TopLogprobs    int
 	PromptLogprobs bool
+	// Adapter names the LoRA adapter (LoadOptions.Adapters) to generate
+	// with; "" is the base model.
+	Adapter string
 }
 
 // Token is one event of a generation's stream. A token has ID >= 0; the
@@ -141,6 +144,8 @@ type Engine struct {
 	m          *Model
 	opts       EngineOptions
 	slots      int
+	// adapterSlots: each cache slot's adapter (adapters.go); nil without.
+	adapterSlots *slotTable
 	cacheShape ir.Shape
 	kc, vc     *ir.Tensor
 	prefill    map[int]*tensorbridge.Executable
@@ -171,6 +176,7 @@ type seq struct {
 	req     Request
 	out     *stream
 	slot    int
+	adapter int // the adapter's index (0: the base model)
 	pos     int // position of the next token to feed
 	last    int // the token to feed next
 	n       int // tokens generated
@@ -234,6 +240,9 @@ func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err e
 	}()
 	e = en
 	if err := en.allocCache(); err != nil {
+		return nil, err
+	}
+	if en.adapterSlots, err = m.sizeAdapterTable(slots + 1); err != nil {
 		return nil, err
 	}
 	for _, p := range o.PrefillBuckets {
@@ -441,7 +450,11 @@ func (e *Engine) Generate(ctx context.Context, r Request) (<-chan Token, error) 
 	if max == 0 {
 		max = room
 	}
-	s := &seq{ctx: ctx, req: r, out: newStream(ctx, min(max, e.streamCap)), max: max}
+	ad, err := e.m.adapterIndex(r.Adapter)
+	if err != nil {
+		return nil, &RequestError{Problem: err.Error(), Err: err}
+	}
+	s := &seq{ctx: ctx, req: r, out: newStream(ctx, min(max, e.streamCap)), max: max, adapter: ad}
 	s.stopAll = slices.Clone(r.StopIDs)
 	if !r.IgnoreEOS {
 		s.stopAll = append(s.stopAll, e.m.Config.EOS...)
@@ -542,7 +555,11 @@ func (e *Engine) loop() {
 			}
 			s.slot, free = free[len(free)-1], free[:len(free)-1]
 			p := e.bucketFor(len(s.req.Prompt))
-			exe, err := e.prefillProgram(ctx, prefillKey{p, s.req.TopLogprobs > 0 || s.req.PromptLogprobs, s.req.PromptLogprobs})
+			err := e.bindAdapter(s.slot, s.adapter)
+			var exe *tensorbridge.Executable
+			if err == nil {
+				exe, err = e.prefillProgram(ctx, prefillKey{p, s.req.TopLogprobs > 0 || s.req.PromptLogprobs, s.req.PromptLogprobs})
+			}
 			var out stepOut
 			if err == nil {
 				out, err = e.runPrefill(ctx, exe, p, s.req.Prompt, s.slot, s.row())

@@ -24,16 +24,26 @@ type netWeights struct {
 	// [out, r] by loraKey(layer, projection); nil when generating.
 	lora      map[int][2]*Node
 	loraScale float64
+	// rowLoRA: served adapters (adapters.go), stacked A and B by loraKey;
+	// table: each cache slot's adapter; rowIdx [B]: each row's, set by
+	// step from its slots (nil without a cache: the base model).
+	rowLoRA       map[int][2]*Node
+	table, rowIdx *Node
 }
 
 func newNetWeights(c *Config, p []*Node) netWeights {
 	n := len(weightSpecs(c))
-	return netWeights{c: c, p: p[:n], cos: p[n], sin: p[n+1], scales: p[n+2 : numWeightParams(c)]}
+	s := n + 2 + numScaleParams(c)
+	w := netWeights{c: c, p: p[:n], cos: p[n], sin: p[n+1], scales: p[n+2 : s]}
+	w.adapterWeights(c, p[s:numWeightParams(c)])
+	return w
 }
 
 // numWeightParams is the count of weight parameters including the rope
 // tables and, with int8 projections, their scales.
-func numWeightParams(c *Config) int { return len(weightSpecs(c)) + 2 + numScaleParams(c) }
+func numWeightParams(c *Config) int {
+	return len(weightSpecs(c)) + 2 + numScaleParams(c) + numAdapterParams(c)
+}
 
 func (w netWeights) embed() *Node { return w.p[0] }
 func (w netWeights) layer(l, i int) *Node {
@@ -175,6 +185,9 @@ func step(c *Config, w netWeights, tokens, positions *Node, cache *cacheIO) (hid
 	hq, hkv, d := c.Heads, c.KVHeads, c.HeadDim
 	grp := hq / hkv
 	x := Gather(w.embed(), Reshape(tokens, b*t, 1))
+	if w.table != nil && cache != nil {
+		w.rowIdx = Reshape(Gather(w.table, Reshape(cache.slots, b, 1)), b)
+	}
 	var cachedK, cachedV, cachedPos *Node
 	inPlace := cache != nil && !cache.prefill && !cache.scatter
 	kc, vc := (*Node)(nil), (*Node)(nil)

@@ -47,6 +47,9 @@ type LoadOptions struct {
 	// float32 scale per output channel (quant.go); QuantNone keeps them in
 	// Precision.
 	Quantize Quantization
+	// Adapters are LoRA adapters served beside the base model
+	// (adapters.go): Request.Adapter picks one per request.
+	Adapters []AdapterSource
 }
 
 // Load reads a Hugging Face checkpoint directory (config.json,
@@ -83,6 +86,9 @@ func Load(ctx context.Context, b *tensorbridge.Backend, dir string, o LoadOption
 		return nil, err
 	}
 	if mesh := normMesh(o.Mesh); mesh.Devices() > 1 {
+		if len(o.Adapters) > 0 {
+			return nil, &errs.UnsupportedError{What: "feature", Name: "adapters on a mesh", Detail: "load the model on one device to serve adapters"}
+		}
 		if cfg.quantized() {
 			return nil, &QuantizedMeshError{Quantize: cfg.quant, Mesh: mesh}
 		}
@@ -106,7 +112,12 @@ func Load(ctx context.Context, b *tensorbridge.Backend, dir string, o LoadOption
 	if err != nil {
 		return nil, err
 	}
-	return &Model{Config: cfg, Dir: dir, b: b, dtype: dt, maxContext: ctxLen, weightBytes: bytes, weights: ws}, nil
+	m := &Model{Config: cfg, Dir: dir, b: b, dtype: dt, maxContext: ctxLen, weightBytes: bytes, weights: ws}
+	if err := m.placeAdapters(ctx, o.Adapters); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
 }
 
 // MaxContext is the longest sequence the model's programs handle.

@@ -104,6 +104,9 @@ func (w netWeights) proj(l, i int, x, bias *Node) *Node {
 			y = Add(y, bcastLast(bias, y))
 		}
 	}
+	if ab, ok := w.rowLoRA[loraKey(l, i)]; ok && w.rowIdx != nil {
+		y = Add(y, ConvertDType(rowLoRA(x, ab[0], ab[1], w.rowIdx), y.DType()))
+	}
 	if ab, ok := w.lora[loraKey(l, i)]; ok {
 		// PEFT's LoRA Linear: result + lora_B(lora_A(x)) * scaling.
 		d := ConvertDType(linear(linear(x, ConvertDType(ab[0], x.DType()), nil), ConvertDType(ab[1], x.DType()), nil), y.DType())

@@ -477,6 +477,10 @@ func (s *Server) loadGenerators(ctx context.Context) error {
 			g.close()
 			return &errs.Error{Kind: errs.InvalidArgument, Op: "serve", Err: fmt.Errorf("two models are named %q (%s and %s)", g.name, old.dir, g.dir)}
 		}
+		if err := s.checkAdapterNames(g); err != nil {
+			g.close()
+			return err
+		}
 		g.met = coll.forModel(g.name)
 		s.gens[g.name] = g
 		s.genOrder = append(s.genOrder, g.name)

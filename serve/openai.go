@@ -93,6 +93,9 @@ func (s *Server) readGenBody(r *http.Request, res *reservation, v any) error {
 func (s *Server) lookupGen(name, version string) (*generator, error) {
 	g, ok := s.gens[name]
 	if !ok {
+		g, ok = s.adapterGen(name)
+	}
+	if !ok {
 		names := slices.Sorted(maps.Keys(s.gens))
 		return nil, &errs.Error{Kind: errs.NotFound, Op: "serve",
 			Err: fmt.Errorf("the model %q does not exist; this server generates with %s", name, strings.Join(names, ", "))}
@@ -125,11 +128,15 @@ func (s *Server) oaiModels(w http.ResponseWriter, r *http.Request) {
 		Created int64  `json:"created"`
 		OwnedBy string `json:"owned_by"`
 		MaxLen  int    `json:"max_model_len"`
+		Parent  string `json:"parent,omitempty"` // an adapter's base model, as vLLM lists LoRA modules
 	}
 	list := []entry{}
 	for _, name := range s.genOrder {
 		g := s.gens[name]
 		list = append(list, entry{ID: name, Object: "model", Created: g.created, OwnedBy: "tensorbridge", MaxLen: g.context})
+		for _, a := range g.model.Adapters() {
+			list = append(list, entry{ID: a, Object: "model", Created: g.created, OwnedBy: "tensorbridge", MaxLen: g.context, Parent: name})
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": list})
 }
@@ -305,6 +312,9 @@ func (s *Server) oaiGenerate(w http.ResponseWriter, r *http.Request, chat bool) 
 		return
 	}
 	req, err := q.sampling.toRequest(g, ids)
+	if q.Model != g.name {
+		req.Adapter = q.Model // lookupGen found an adapter of g
+	}
 	if err == nil {
 		err = q.applyExtras(g, &req)
 	}
@@ -583,6 +593,9 @@ func (s *Server) oipGenerate(w http.ResponseWriter, r *http.Request, stream bool
 	if err != nil {
 		fail(err)
 		return
+	}
+	if name := r.PathValue("model"); name != g.name {
+		req.Adapter = name // lookupGen found an adapter of g
 	}
 	res.done()
 	o := &oaiOut{s: s, g: g, w: w, rc: http.NewResponseController(w)}

@@ -75,7 +75,9 @@ type genServer struct {
 func startGen(t testing.TB, f *llmFixture, o serve.Options) *genServer {
 	t.Helper()
 	o.Backend = openBackend(t, tensorbridge.Settings{})
-	o.Generators = []serve.GeneratorSource{{Dir: f.dir, Engine: llm.EngineOptions{MaxSequences: 4, MaxQueue: 16}}}
+	if o.Generators == nil {
+		o.Generators = []serve.GeneratorSource{{Dir: f.dir, Engine: llm.EngineOptions{MaxSequences: 4, MaxQueue: 16}}}
+	}
 	if o.Logger == nil {
 		o.Logger = quietLogger(t)
 	}

@@ -43,6 +43,7 @@ func generate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	backend := fs.String("backend", "", "backend name or auto (default: $TENSORBRIDGE_BACKEND, else auto)")
 	asJSON := fs.Bool("json", false, "print only one JSON object: prompt_ids, token_ids, text, ttft_ms, tpot_ms")
 	kvBytes := fs.Int64("kv-cache-bytes", 0, "KV cache size cap in bytes (default 512 MiB on CPU backends, else what the memory budget leaves)")
+	adapter := fs.String("adapter", "", "generate with the LoRA adapter in this directory (PEFT's files) on the checkpoint's weights")
 	quantize := fs.String("quantize", "none", "none, or int8: the layers' linear projections as int8 with a float32 scale per output channel (embeddings and LM head stay in --precision)")
 	var sf settingsFlags
 	addSettingsFlags(fs, &sf)
@@ -123,7 +124,13 @@ func generate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	// Only the context this request needs is compiled and cached.
 	want := pow2AtLeast(len(ids) + *maxTokens)
-	m, err := llm.Load(ctx, b, dir, llm.LoadOptions{Precision: config.Precision(sf.precision), MaxContext: min(want, cfg.MaxPositions), Mesh: mesh, Quantize: quant})
+	lo := llm.LoadOptions{Precision: config.Precision(sf.precision), MaxContext: min(want, cfg.MaxPositions), Mesh: mesh, Quantize: quant}
+	adapterName := ""
+	if *adapter != "" {
+		adapterName = "adapter"
+		lo.Adapters = []llm.AdapterSource{{Name: adapterName, Dir: *adapter}}
+	}
+	m, err := llm.Load(ctx, b, dir, lo)
 	if err != nil {
 		return err
 	}
@@ -151,7 +158,7 @@ func generate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		*maxTokens = room
 	}
 	start := time.Now()
-	ch, err := e.Generate(ctx, llm.Request{Prompt: ids, MaxTokens: *maxTokens, Sampling: sampling})
+	ch, err := e.Generate(ctx, llm.Request{Prompt: ids, MaxTokens: *maxTokens, Sampling: sampling, Adapter: adapterName})
 	if err != nil {
 		return err
 	}

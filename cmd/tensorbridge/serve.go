@@ -59,6 +59,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	quantize := fs.String("quantize", "none", "checkpoint directories: none, or int8: the layers' linear projections as int8 with a float32 scale per output channel")
 	maxSeqs := fs.Int("max-sequences", 0, "checkpoint directories: sequences generated at once, each holding one KV-cache slot (default 16)")
 	pooling := fs.String("pooling", "", "checkpoint directories: /v1/embeddings pooling, last, mean or cls (default: the checkpoint's sentence-transformers config, else last)")
+	var adapters adapterFlags
+	fs.Var(&adapters, "adapter", "checkpoint directory: serve the LoRA adapter in PATH (PEFT's files) as model NAME=PATH beside the base model (repeatable; the OpenAI \"model\" field picks it)")
 	stream := fs.Duration("stream-drain-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long running generations may go on before they are cancelled")
 	metricsPublic := fs.Bool("metrics-public", false, "with --auth-token-file, leave /metrics open")
 	var sf settingsFlags
@@ -147,6 +149,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var srcs []serve.ModelSource
 	var gens []serve.GeneratorSource
+	if ckpts := countCheckpointDirs(paths); len(adapters) > 0 && ckpts != 1 {
+		return usageErr("--adapter needs exactly one checkpoint directory to serve beside, got %d", ckpts)
+	}
 	for _, p := range paths {
 		if serve.IsCheckpointDir(p) { // a Hugging Face checkpoint: generation (serve/openai.go)
 			mesh, err := generationMesh(mf, len(b.Devices())) // generate.go: tensor-parallel only
@@ -154,7 +159,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				return err
 			}
 			gens = append(gens, serve.GeneratorSource{Dir: p,
-				Load:   llm.LoadOptions{Precision: config.Precision(sf.precision), MaxContext: *maxContext, Mesh: mesh, Quantize: quant},
+				Load:   llm.LoadOptions{Precision: config.Precision(sf.precision), MaxContext: *maxContext, Mesh: mesh, Quantize: quant, Adapters: adapters},
 				Engine: llm.EngineOptions{KVCacheBytes: *kvBytes, MaxSequences: *maxSeqs, MaxQueue: *queueSize}, Pooling: pool})
 			continue
 		}
