@@ -141,25 +141,25 @@ type EngineOptions struct {
 // goroutine owns the KV cache and the programs, prefills new requests
 // between decode steps and runs every active sequence in one decode step.
 type Engine struct {
-	m          *Model
-	opts       EngineOptions
-	slots      int
+	m     *Model
+	opts  EngineOptions
+	slots int
 	// adapterSlots: each cache slot's adapter (adapters.go); nil without.
 	adapterSlots *slotTable
-	cacheShape ir.Shape
-	kc, vc     *ir.Tensor
-	prefill    map[int]*tensorbridge.Executable
-	pBuckets   []int
-	decode     map[decodeKey]*tensorbridge.Executable
-	decodeLP   map[decodeKey]*tensorbridge.Executable // with top logprobs (logprobs.go), compiled on first need
-	prefillLP  map[prefillKey]*tensorbridge.Executable
-	dBuckets   []int // batch buckets
-	cBuckets   []int // context buckets
-	compiles   atomic.Int64
-	stats      stepStats
-	streamCap  int       // tokens a stream's channel holds (stream.go)
-	scatter    bool      // cache writes by ScatterUpdate (cpu backend)
-	tp         *engineTP // the other devices' cache shares with a mesh (mesh.go)
+	cacheShape   ir.Shape
+	kc, vc       *ir.Tensor
+	prefill      map[int]*tensorbridge.Executable
+	pBuckets     []int
+	decode       map[decodeKey]*tensorbridge.Executable
+	decodeLP     map[decodeKey]*tensorbridge.Executable // with top logprobs (logprobs.go), compiled on first need
+	prefillLP    map[prefillKey]*tensorbridge.Executable
+	dBuckets     []int // batch buckets
+	cBuckets     []int // context buckets
+	compiles     atomic.Int64
+	stats        stepStats
+	streamCap    int       // tokens a stream's channel holds (stream.go)
+	scatter      bool      // cache writes by ScatterUpdate (cpu backend)
+	tp           *engineTP // the other devices' cache shares with a mesh (mesh.go)
 	// cacheLost is set by a failed run that consumed the caches (see
 	// runStep); the loop ends every running sequence and clears it.
 	cacheLost bool
