@@ -211,7 +211,7 @@ func (t *Trainer) buildProgram(g *ir.Graph, in []*ir.Node, ex *trainExec, k int,
 		nodes.Batches = append(nodes.Batches, mb)
 	}
 	if eval && t.src != nil {
-		loss, err := t.src.TrainLoss(g, in[:n], consts, nodes.Batches[0])
+		loss, err := t.src.TrainLoss(g, in[:n], consts, nodes.Batches[0], false)
 		return []*ir.Node{loss}, err
 	}
 	if eval {

@@ -37,8 +37,9 @@ type Trainable interface {
 	// programs take them.
 	TrainInputs() []string
 	// TrainLoss builds one micro-batch's mean loss (a float32 scalar) on
-	// g from the trained tensors, the constants and the batch by name.
-	TrainLoss(g *ir.Graph, trained, constants []*ir.Node, batch map[string]*ir.Node) (*ir.Node, error)
+	// g from the trained tensors, the constants and the batch by name;
+	// training is false for an evaluation (no dropout).
+	TrainLoss(g *ir.Graph, trained, constants []*ir.Node, batch map[string]*ir.Node, training bool) (*ir.Node, error)
 	// TrainCheckBatch refuses a micro-batch the loss cannot take (a label
 	// outside the vocabulary), naming it, before anything runs.
 	TrainCheckBatch(batch map[string]*ir.Tensor) error
@@ -223,7 +224,7 @@ func (t *Trainer) sourceExec(ctx context.Context, mb map[string]*ir.Tensor, k in
 // weight nodes, constants the frozen ones.
 func (t *Trainer) sourceForward(constants []*ir.Node) func(g *ir.Graph, trained []*ir.Node, batch map[string]*ir.Node) (*ir.Node, error) {
 	return func(g *ir.Graph, trained []*ir.Node, batch map[string]*ir.Node) (*ir.Node, error) {
-		return t.src.TrainLoss(g, trained, constants, batch)
+		return t.src.TrainLoss(g, trained, constants, batch, true)
 	}
 }
 

@@ -32,6 +32,11 @@ import (
 const (
 	InputIDs = "input_ids"
 	Labels   = "labels"
+	// DropoutSeed [B, 3] uint64 (with LoRA dropout): row 0 is the step's
+	// random-number state (GoMLX's RNGStateShape), which the data source
+	// derives from the run's seed and the step's position, so that a
+	// resumed run draws the same masks.
+	DropoutSeed = "dropout_seed"
 )
 
 // Module is a linear projection of the decoder, named as transformers
@@ -82,6 +87,10 @@ type LoRA struct {
 	Rank    int
 	Scale   float64
 	Modules []LoRAModule
+	// Dropout is PEFT's lora_dropout: in training, the adapter reads its
+	// input x with each element zeroed with this probability and the
+	// others scaled by 1/(1-Dropout) (torch.nn.Dropout), B(A·dropout(x)).
+	Dropout float64
 }
 
 // FineTune trains a Model's adapter (LoRA) or every weight (LoRA nil).
@@ -181,8 +190,13 @@ func (f *FineTune) TrainDigest() string { return f.digest }
 // module), or every checkpoint tensor in weightSpecs order.
 func (f *FineTune) TrainParams() []onnx.Param { return f.params }
 
-// TrainInputs are InputIDs and Labels.
-func (f *FineTune) TrainInputs() []string { return []string{InputIDs, Labels} }
+// TrainInputs are InputIDs and Labels, and DropoutSeed with LoRA dropout.
+func (f *FineTune) TrainInputs() []string {
+	if f.lora != nil && f.lora.Dropout > 0 {
+		return []string{InputIDs, Labels, DropoutSeed}
+	}
+	return []string{InputIDs, Labels}
+}
 
 // TrainInitial is trained tensor i's starting value: the adapter's, or
 // the checkpoint's (read back from the model's device buffer).
@@ -223,6 +237,9 @@ func (f *FineTune) TrainConstants() []*ir.Tensor {
 // batches of other shapes or dtypes.
 func (f *FineTune) TrainCheckBatch(batch map[string]*ir.Tensor) error {
 	ids, lab := batch[InputIDs], batch[Labels]
+	if s := batch[DropoutSeed]; s != nil && (s.DType() != ir.Uint64 || s.Shape().Rank() != 2 || s.Shape().Dimensions[1] != 3) {
+		return &errs.InputError{Name: DropoutSeed, Problem: "shape", Expected: "uint64 [batch, 3]", Got: s.Shape().String()}
+	}
 	if ids == nil || lab == nil {
 		return &errs.InputError{Name: "batch", Problem: "name", Expected: InputIDs + " and " + Labels, Got: "a batch without them"}
 	}
@@ -261,7 +278,7 @@ func (f *FineTune) TrainCheckBatch(batch map[string]*ir.Tensor) error {
 // in float32 (transformers' ForCausalLMLoss upcasts them), with the
 // positions 0..T-1 of each right-padded row (padding comes after a row's
 // tokens, so causal attention keeps it out of every real token's view).
-func (f *FineTune) TrainLoss(g *ir.Graph, trained, constants []*ir.Node, batch map[string]*ir.Node) (*ir.Node, error) {
+func (f *FineTune) TrainLoss(g *ir.Graph, trained, constants []*ir.Node, batch map[string]*ir.Node, training bool) (*ir.Node, error) {
 	c := f.m.Config
 	var w netWeights
 	if f.lora == nil {
@@ -270,6 +287,9 @@ func (f *FineTune) TrainLoss(g *ir.Graph, trained, constants []*ir.Node, batch m
 		w = newNetWeights(c, constants)
 		w.lora = map[int][2]*Node{}
 		w.loraScale = f.lora.Scale
+		if s := batch[DropoutSeed]; s != nil && training && f.lora.Dropout > 0 {
+			w.drop = &loraDropout{p: f.lora.Dropout, state: Reshape(Slice(s, AxisRange(0, 1)), 3)}
+		}
 		for i, lm := range f.lora.Modules {
 			w.lora[loraKey(lm.layer, lm.slot)] = [2]*Node{trained[2*i], trained[2*i+1]}
 		}
@@ -289,6 +309,21 @@ func (f *FineTune) TrainLoss(g *ir.Graph, trained, constants []*ir.Node, batch m
 	count := ReduceAllSum(mask)
 	sum := ReduceAllSum(Mul(Reshape(picked, b*t), mask))
 	return Neg(Div(sum, Max(count, OnesLike(count)))), nil
+}
+
+// loraDropout is the random-number state the adapters' dropout masks
+// are drawn from, one after another.
+type loraDropout struct {
+	p     float64
+	state *Node
+}
+
+// apply is torch.nn.Dropout(p) in training on x.
+func (d *loraDropout) apply(x *Node) *Node {
+	var u *Node
+	d.state, u = RandomUniform(d.state, ir.MakeShape(ir.Float32, x.Shape().Dimensions...))
+	keep := GreaterOrEqual(u, ConstAsDType(x.Graph(), ir.Float32, d.p))
+	return Where(keep, MulScalar(x, 1/(1-d.p)), ZerosLike(x))
 }
 
 // loraKey indexes netWeights.lora by layer and projection.

@@ -24,6 +24,7 @@ type netWeights struct {
 	// [out, r] by loraKey(layer, projection); nil when generating.
 	lora      map[int][2]*Node
 	loraScale float64
+	drop      *loraDropout // LoRA dropout in training (finetune.go); nil without
 	// rowLoRA: served adapters (adapters.go), stacked A and B by loraKey;
 	// table: each cache slot's adapter; rowIdx [B]: each row's, set by
 	// step from its slots (nil without a cache: the base model).

@@ -108,8 +108,12 @@ func (w netWeights) proj(l, i int, x, bias *Node) *Node {
 		y = Add(y, ConvertDType(rowLoRA(x, ab[0], ab[1], w.rowIdx), y.DType()))
 	}
 	if ab, ok := w.lora[loraKey(l, i)]; ok {
-		// PEFT's LoRA Linear: result + lora_B(lora_A(x)) * scaling.
-		d := ConvertDType(linear(linear(x, ConvertDType(ab[0], x.DType()), nil), ConvertDType(ab[1], x.DType()), nil), y.DType())
+		// PEFT's LoRA Linear: result + lora_B(lora_A(dropout(x))) * scaling.
+		xd := x
+		if w.drop != nil {
+			xd = w.drop.apply(x)
+		}
+		d := ConvertDType(linear(linear(xd, ConvertDType(ab[0], x.DType()), nil), ConvertDType(ab[1], x.DType()), nil), y.DType())
 		y = Add(y, MulScalar(d, w.loraScale))
 	}
 	return y

@@ -43,7 +43,7 @@ func addLLMTrainFlags(fs *flag.FlagSet, f *llmTrainFlags) {
 	fs.BoolVar(&f.full, "full", false, "checkpoint DIR: train every weight (a full fine-tune)")
 	fs.StringVar(&f.basePrecision, "base-precision", "float32", "checkpoint DIR with LoRA: the frozen base weights in float32, bfloat16 or int8")
 	fs.BoolVar(&f.merge, "merge", false, "checkpoint DIR with LoRA: --output is a whole checkpoint with the adapter merged into the weights")
-	fs.Int64Var(&f.seed, "seed", 0, "checkpoint DIR with --lora: the seed of the adapters' A matrices")
+	fs.Int64Var(&f.seed, "seed", 0, "checkpoint DIR with LoRA: the seed of new adapters' A matrices and of the dropout masks")
 	fs.StringVar(&f.chatTemplate, "chat-template", "", `checkpoint DIR: render {"messages": ...} rows with this Jinja template FILE instead of the checkpoint's (as TRL's chat_template_path)`)
 }
 
@@ -147,9 +147,8 @@ func parseLoRA(s string) (loraSpec, error) {
 		return sp, usageErr("--lora: want alpha=A > 0")
 	case len(sp.targets) == 0:
 		return sp, usageErr("--lora: want targets=M1[,M2...] (module names such as q_proj,v_proj)")
-	case sp.dropout != 0:
-		return sp, &exitError{code: 2, err: &errs.UnsupportedError{What: "feature", Name: "--lora dropout",
-			Detail: fmt.Sprintf("dropout=%g: LoRA dropout is not implemented yet; use dropout=0", sp.dropout)}}
+	case !(sp.dropout >= 0 && sp.dropout < 1):
+		return sp, usageErr("--lora dropout=%g: want 0 <= dropout < 1", sp.dropout)
 	}
 	return sp, nil
 }
@@ -185,13 +184,13 @@ func trainLLM(ctx context.Context, dir string, f *trainFlags, cfg train.Config, 
 			return &exitError{code: 2, err: fmt.Errorf("--chat-template %s: %w", f.llm.chatTemplate, err)}
 		}
 	}
-	ds, err := openLLMData(ctx, f.data, tok, f.llm.seqLen)
+	ds, err := openLLMData(ctx, f.data, tok, f.llm.seqLen, uint64(f.llm.seed))
 	if err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("--data: %w", err)}
 	}
 	var eval *llmData
 	if f.evalData != "" {
-		if eval, err = openLLMData(ctx, f.evalData, tok, f.llm.seqLen); err != nil {
+		if eval, err = openLLMData(ctx, f.evalData, tok, f.llm.seqLen, uint64(f.llm.seed)); err != nil {
 			return &exitError{code: 2, err: fmt.Errorf("--eval-data: %w", err)}
 		}
 	}
@@ -221,6 +220,7 @@ func trainLLM(ctx context.Context, dir string, f *trainFlags, cfg train.Config, 
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	ds.dropout = lora != nil && lora.Dropout > 0
 	cfg.Data = ds.Digest()
 	tr, err := b.NewTrainer(ctx, ft, cfg)
 	if err != nil {
@@ -270,16 +270,12 @@ func (f *llmTrainFlags) adapter(m *llm.Model) (*peft.Adapter, *llm.LoRA, error) 
 			return nil, nil, err
 		}
 		cfg := &peft.Config{PeftType: "LORA", TaskType: "CAUSAL_LM", BaseModel: m.Dir, R: sp.r, Alpha: sp.alpha,
-			TargetModules: peft.Targets{List: sp.targets}}
+			Dropout: sp.dropout, TargetModules: peft.Targets{List: sp.targets}}
 		if ad, err = peft.Init(cfg, peftModules(m.Config), uint64(f.seed)); err != nil {
 			return nil, nil, &exitError{code: 2, err: fmt.Errorf("--lora: %w", err)}
 		}
 	}
-	if ad.Config.Dropout != 0 {
-		return nil, nil, &exitError{code: 2, err: &errs.UnsupportedError{What: "feature", Name: "LoRA dropout",
-			Detail: fmt.Sprintf("lora_dropout %g: not implemented yet; train with dropout 0", ad.Config.Dropout)}}
-	}
-	lora := &llm.LoRA{Rank: ad.Config.R, Scale: ad.Config.Scale()}
+	lora := &llm.LoRA{Rank: ad.Config.R, Scale: ad.Config.Scale(), Dropout: ad.Config.Dropout}
 	for _, l := range ad.Layers {
 		lora.Modules = append(lora.Modules, llm.LoRAModule{Module: llm.Module{Name: l.Name}, A: l.A, B: l.B})
 	}

@@ -23,11 +23,15 @@ type llmData struct {
 	rows   []sft.Example
 	digest string
 	seqLen int
+	// dropout: each batch carries llm.DropoutSeed, a random-number state
+	// derived from seed and the batch's position (the same on resume).
+	dropout bool
+	seed    uint64
 }
 
 // openLLMData reads and tokenizes path; every row's problem is found
 // here, before step 1.
-func openLLMData(ctx context.Context, path string, tok *tokenizer.Tokenizer, seqLen int) (*llmData, error) {
+func openLLMData(ctx context.Context, path string, tok *tokenizer.Tokenizer, seqLen int, seed uint64) (*llmData, error) {
 	rows, err := sft.Read(ctx, path, tok, seqLen)
 	if err != nil {
 		return nil, err
@@ -42,7 +46,7 @@ func openLLMData(ctx context.Context, path string, tok *tokenizer.Tokenizer, seq
 		return nil, err
 	}
 	fmt.Fprintf(h, "\nseq-len %d\n", seqLen)
-	return &llmData{rows: rows, digest: hex.EncodeToString(h.Sum(nil)), seqLen: seqLen}, nil
+	return &llmData{rows: rows, digest: hex.EncodeToString(h.Sum(nil)), seqLen: seqLen, seed: seed}, nil
 }
 
 func (d *llmData) Len() int       { return len(d.rows) }
@@ -59,6 +63,7 @@ func (d *llmData) Start(shuffle bool, seed int64) train.Position {
 // its labels are -1.
 func (d *llmData) Next(p train.Position, b int) (map[string]*ir.Tensor, train.Position, error) {
 	n := len(d.rows)
+	at := p // the position the dropout state derives from
 	picked := make([]sft.Example, b)
 	var perm []int
 	for i := range b {
@@ -95,5 +100,27 @@ func (d *llmData) Next(p train.Position, b int) (map[string]*ir.Tensor, train.Po
 	if err != nil {
 		return nil, p, err
 	}
-	return map[string]*ir.Tensor{llm.InputIDs: it, llm.Labels: lt}, p, nil
+	batch := map[string]*ir.Tensor{llm.InputIDs: it, llm.Labels: lt}
+	if d.dropout {
+		st := make([]uint64, 3*b)
+		x := d.seed ^ uint64(at.Epoch)<<40 ^ uint64(at.Index)
+		for i := range st {
+			x = splitMix(x)
+			st[i] = x
+		}
+		if batch[llm.DropoutSeed], err = ir.TensorFromFlat(st, b, 3); err != nil {
+			return nil, p, err
+		}
+	}
+	return batch, p, nil
+}
+
+// splitMix is one step of SplitMix64 (Steele, Lea and Flood, "Fast
+// splittable pseudorandom number generators", OOPSLA 2014).
+func splitMix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	z := x
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
 }

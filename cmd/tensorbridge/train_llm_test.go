@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -68,7 +69,7 @@ func TestTrainLLMBadInput(t *testing.T) {
 		{"adapter of another base model", with("--lora-init", otherAdapter), "q_proj"},
 		{"no mode", base, "--lora"},
 		{"two modes", with("--full", "--lora", "r=4,alpha=8,targets=q_proj"), "exactly one"},
-		{"dropout", with("--lora", "r=4,alpha=8,targets=q_proj,dropout=0.1"), "dropout"},
+		{"dropout of 1 or more", with("--lora", "r=4,alpha=8,targets=q_proj,dropout=1.5"), "dropout"},
 		{"merge with full", with("--full", "--merge"), "--merge"},
 		{"tp", append(with("--mesh", "data=1,model=2", "--strategy", "tp"), lora...), "--strategy tp"},
 	} {
@@ -275,5 +276,53 @@ func TestTrainLLMMesh(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTrainLLMDropout: LoRA dropout draws its masks from --seed and the
+// step's position: the same seed gives the same losses, another seed
+// others, dropout changes the loss of step 2 (taken with the masks),
+// and a run stopped at step 3 and resumed gives the uninterrupted run's
+// losses bitwise.
+func TestTrainLLMDropout(t *testing.T) {
+	base, _ := llmFixture(t, "llama")
+	_, refs := finetuneFixture(t, "llama")
+	ref := refs.Runs["lora-text"]
+	losses := func(t *testing.T, steps int, extra ...string) []float64 {
+		t.Helper()
+		logPath := filepath.Join(t.TempDir(), "log.jsonl")
+		args := append([]string{"train", base, "--data", filepath.Join("..", "..", "llm", "sft", "testdata", ref.Data),
+			"--seq-len", "64", "--batch", "2", "--steps", fmt.Sprint(steps), "--backend", testBackend(),
+			"--log-json", logPath}, extra...)
+		if code, _, stderr := run(t, args...); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		var out []float64
+		for _, l := range readLog(t, logPath) {
+			out = append(out, *l.Loss)
+		}
+		return out
+	}
+	drop := func(seed string) []string {
+		return []string{"--lora", "r=8,alpha=16,targets=q_proj,v_proj,dropout=0.3", "--seed", seed}
+	}
+	a, b, c := losses(t, 6, drop("1")...), losses(t, 6, drop("1")...), losses(t, 6, drop("2")...)
+	none := losses(t, 2, "--lora", "r=8,alpha=16,targets=q_proj,v_proj", "--seed", "1")
+	if !slices.Equal(a, b) {
+		t.Errorf("same seed, other losses: %v and %v", a, b)
+	}
+	if slices.Equal(a, c) {
+		t.Errorf("seeds 1 and 2 gave the same losses %v", a)
+	}
+	// A new adapter's B is zero, so step 1 is the base model's loss either
+	// way; after one update the adapter reads dropped inputs.
+	if a[0] != none[0] || a[1] == none[1] {
+		t.Errorf("losses with dropout %v, without %v: want step 1 equal and step 2 different", a[:2], none)
+	}
+	ckpt := t.TempDir()
+	first := losses(t, 3, append(drop("1"), "--checkpoint-dir", ckpt, "--checkpoint-every", "3")...)
+	rest := losses(t, 6, append(drop("1"), "--checkpoint-dir", ckpt, "--resume")...)
+	if got := append(first, rest...); !slices.Equal(got, a) {
+		t.Errorf("stopped at 3 and resumed: %v, uninterrupted %v", got, a)
 	}
 }
