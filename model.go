@@ -44,6 +44,10 @@ type Model struct {
 	weights *deviceWeights
 	// sharded: the model on a mesh of devices (sharded.go); nil on one.
 	sharded *shardedModel
+	// execHolds counts the Models sharing execs (Replica, weights.go);
+	// the last to close releases it. closed makes Close idempotent.
+	execHolds *atomic.Int32
+	closed    *atomic.Bool
 
 	// hot is what Run reads of the model on every call (newRunInfo).
 	hot *runInfo
@@ -262,7 +266,8 @@ func (b *Backend) loadONNX(ctx context.Context, path string, m *onnx.Model, opts
 	mdl := &Model{b: b, path: path, m: m, execs: execs, exact: o.exact, bcfg: b.settings.Buckets,
 		buckets: planBuckets(m),
 		prec:    spec, precStr: fmt.Sprintf("%s mixed=%v", prec, mixed), device: o.device, fit: fit,
-		weights: weights, sharded: sharded}
+		weights: weights, sharded: sharded, execHolds: new(atomic.Int32), closed: new(atomic.Bool)}
+	mdl.execHolds.Store(1)
 	mdl.hot = newRunInfo(mdl)
 	return mdl, nil
 }
@@ -689,9 +694,16 @@ func (m *Model) CompileStats() cache.MemoryStats { return m.execs.Stats() }
 // Compiled reports how many specialisations are compiled now.
 func (m *Model) Compiled() int { return m.execs.Len() }
 
-// Close releases every compiled specialisation.
+// Close releases the model's weights on its device and, with the last of
+// the replicas sharing them (Replica), every compiled specialisation. A
+// second Close does nothing.
 func (m *Model) Close() error {
-	m.execs.Close()
+	if m.closed != nil && m.closed.Swap(true) {
+		return nil
+	}
+	if m.execHolds == nil || m.execHolds.Add(-1) == 0 {
+		m.execs.Close()
+	}
 	m.weights.release()
 	if m.sharded != nil {
 		m.sharded.release()

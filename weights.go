@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/ir"
@@ -129,4 +130,50 @@ func (m *Model) WeightsOnDevice() (bool, int64) {
 		return false, 0
 	}
 	return true, m.weights.bytes
+}
+
+// Replicas: one model on several devices of a backend.
+//
+// A server runs one replica of a model per device. Loading the model once
+// per device would parse it, specialise it and lower each shape once per
+// device, and keep each of those copies. Replica instead shares what does
+// not depend on the device: the parsed model, its bucket plan and its cache
+// of compiled specialisations. A single-device program runs on whichever
+// device Executable.RunOn names (on pjrt backends it is compiled portable,
+// pjrt/share.go), so one compile per shape serves every replica, and
+// weights compiled in as constants exist once, inside it. Weights on the
+// device are placed again on the replica's device: a device buffer belongs
+// to its device.
+
+// Replica returns the model on device d of the same backend, sharing m's
+// compiled specialisations (and with them weights compiled in as
+// constants). Each replica is closed on its own; the shared
+// specialisations are released with the last of them. A model on a mesh
+// (WithMesh) has no replicas: it already spans its devices.
+func (m *Model) Replica(ctx context.Context, d int) (*Model, error) {
+	if err := m.b.check(); err != nil {
+		return nil, err
+	}
+	if m.sharded != nil {
+		return nil, &errs.UnsupportedError{Backend: m.b.Name(), What: "feature", Name: "replica of a model on a mesh",
+			Detail: "a model on a mesh already spans its devices; load one per mesh instead"}
+	}
+	if d < 0 || d >= len(m.b.devices) {
+		return nil, &errs.Error{Kind: errs.InvalidArgument, Backend: m.b.Name(), Op: "replica",
+			Err: fmt.Errorf("device %d out of range: the backend has %d device(s)", d, len(m.b.devices))}
+	}
+	if m.closed != nil && m.closed.Load() {
+		return nil, &errs.Error{Kind: errs.FailedPrecondition, Backend: m.b.Name(), Op: "replica", Err: ErrClosed}
+	}
+	var w *deviceWeights
+	if m.weights != nil {
+		var err error
+		if w, err = m.b.placeWeights(ctx, m.m, m.prec, d); err != nil {
+			return nil, err
+		}
+	}
+	m.execHolds.Add(1)
+	return &Model{b: m.b, path: m.path, m: m.m, execs: m.execs, buckets: m.buckets, bcfg: m.bcfg, exact: m.exact,
+		prec: m.prec, precStr: m.precStr, device: d, fit: m.fit, weights: w,
+		execHolds: m.execHolds, closed: new(atomic.Bool), hot: m.hot}, nil
 }

@@ -188,7 +188,13 @@ func (m *model) dispatch(stop <-chan struct{}) {
 		case <-stop:
 			return
 		}
-		batch := m.q.next(stop, m.batchDim != "", m.maxBatch, m.cfg.MaxQueueDelay, m.sizes)
+		// Only compiled batch sizes are formed: while warm-up continues in
+		// the background (coldstart.go), up to the largest compiled one.
+		sizes, maxBatch := m.compiledSizes(), m.maxBatch
+		if len(sizes) > 0 && sizes[len(sizes)-1] < maxBatch {
+			maxBatch = sizes[len(sizes)-1]
+		}
+		batch := m.q.next(stop, m.batchDim != "", maxBatch, m.cfg.MaxQueueDelay, sizes)
 		if batch == nil {
 			return
 		}
@@ -268,6 +274,14 @@ func (m *model) runMerged(r *replica, batch []*pending) (outs [][]Tensor, err er
 	for _, p := range batch {
 		rows += p.rows
 	}
+	// While warm-up continues in the background, a batch whose own bucket
+	// is not compiled yet runs padded to the next larger compiled one.
+	runRows := rows
+	if m.batchDim != "" && rows > 0 && rows <= m.maxBatch {
+		if b := m.runBucket(rows); b > rows && b != m.bucketOf(rows) {
+			runRows = b
+		}
+	}
 	in := make(map[string]*ir.Tensor, len(m.inputs))
 	for i, spec := range m.inputs {
 		t := batch[0].inputs[i]
@@ -283,6 +297,7 @@ func (m *model) runMerged(r *replica, batch []*pending) (outs [][]Tensor, err er
 			shape := append([]int{rows}, t.Shape[1:]...)
 			t = Tensor{Name: spec.Name, DType: t.DType, Shape: shape, Data: data}
 		}
+		t = padRows(t, rows, runRows)
 		x, err := t.toIR()
 		if err != nil {
 			return outs, err
@@ -297,7 +312,7 @@ func (m *model) runMerged(r *replica, batch []*pending) (outs [][]Tensor, err er
 	}
 	if m.batchDim != "" {
 		m.met.batchSize.Observe(float64(rows))
-		m.met.padded.Add(float64(m.bucketOf(rows) - rows))
+		m.met.padded.Add(float64(max(runRows, m.bucketOf(rows)) - rows))
 	}
 	for i := range outs {
 		outs[i] = make([]Tensor, len(m.outputs))
@@ -312,15 +327,15 @@ func (m *model) runMerged(r *replica, batch []*pending) (outs [][]Tensor, err er
 			return outs, &errs.Error{Kind: errs.Internal, Op: "serve " + m.name, Err: fmt.Errorf("output %q: %w", spec.Name, err)}
 		}
 		shape := t.Shape().Dimensions
-		if len(batch) == 1 {
+		if len(batch) == 1 && runRows == rows {
 			outs[0][k] = Tensor{Name: spec.Name, DType: t.DType(), Shape: shape, Data: raw}
 			continue
 		}
-		if len(shape) == 0 || shape[0] != rows {
+		if len(shape) == 0 || shape[0] != runRows {
 			return outs, &errs.Error{Kind: errs.Internal, Op: "serve " + m.name,
-				Err: fmt.Errorf("output %q has shape %v, want %d rows to split", spec.Name, shape, rows)}
+				Err: fmt.Errorf("output %q has shape %v, want %d rows to split", spec.Name, shape, runRows)}
 		}
-		rowBytes := len(raw) / rows
+		rowBytes := len(raw) / runRows
 		off := 0
 		for i, p := range batch {
 			n := p.rows * rowBytes

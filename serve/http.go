@@ -26,7 +26,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /v2/health/ready", func(w http.ResponseWriter, r *http.Request) {
 		ready := s.Ready()
-		writeJSON(w, readyStatus(ready), map[string]bool{"ready": ready})
+		writeJSON(w, readyStatus(ready), readyBody{Ready: ready, Models: s.warmProgress()})
 	})
 	mux.HandleFunc("GET /v2", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, oip.ServerMetadata{Name: s.opts.Name, Version: s.opts.Version, Extensions: Extensions})
@@ -51,6 +51,23 @@ func (s *Server) Handler() http.Handler {
 func postOnly(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Allow", http.MethodPost)
 	writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: inference takes POST", r.Method, r.URL.Path))
+}
+
+// readyBody is /v2/health/ready's answer: the protocol's "ready", and
+// each model's warm-up progress (coldstart.go), so that a client waiting
+// for readiness sees the batch buckets still compiling.
+type readyBody struct {
+	Ready  bool                    `json:"ready"`
+	Models map[string]warmProgress `json:"models,omitempty"`
+}
+
+// warmProgress is every model's warm-up progress.
+func (s *Server) warmProgress() map[string]warmProgress {
+	out := make(map[string]warmProgress, len(s.models))
+	for name, m := range s.models {
+		out[name] = m.progress()
+	}
+	return out
 }
 
 func readyStatus(ready bool) int {

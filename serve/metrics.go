@@ -148,7 +148,9 @@ func (mt *metrics) forModel(m *model) *modelMetrics {
 			Help: "Shape specialisations compiled over the model's replicas."}, func() float64 {
 			n := 0
 			for _, r := range m.replicas {
-				n += r.m.Compiled()
+				if !r.shares { // replicas sharing compiled shapes count them once (loadReplicas)
+					n += r.m.Compiled()
+				}
 			}
 			return float64(n)
 		}))

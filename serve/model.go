@@ -38,6 +38,13 @@ type ModelConfig struct {
 	Timeout time.Duration
 	// Concurrency is how many runs each replica executes at once (default 1).
 	Concurrency int
+	// ConstantWeights compiles the weights into each program as constants
+	// (tensorbridge.WithWeightsOnDevice(false)). By default serve passes
+	// them as device buffers to every compiled shape: one copy per replica
+	// instead of one inside each compiled shape, and compiles several times
+	// faster, at a similar cost per row (BENCHMARKS.md, "Serving memory and
+	// cold start").
+	ConstantWeights bool
 	// AllowCompile lets a request whose shapes warm-up did not compile run
 	// anyway, compiling on the request path. By default nothing compiles
 	// after ready: such a request is refused (400, naming the warmed
@@ -79,6 +86,7 @@ type replica struct {
 	m        *tensorbridge.Model
 	device   int    // the device, or the mesh's first device
 	mesh     string // "" on one device
+	shares   bool   // made by Replica: shares the first replica's compiled shapes
 	inflight atomic.Int64
 }
 
@@ -107,6 +115,9 @@ type model struct {
 	// (every combination of them is compiled); nil until warm-up, and nil
 	// after it when requests may compile (AllowCompile).
 	warm map[string][]int
+	// cold tracks the batch buckets compiled when the rest compile after
+	// ready (coldstart.go).
+	cold warmState
 }
 
 // loadModel loads src once per device in devices.
@@ -153,15 +164,26 @@ func loadModel(ctx context.Context, b *tensorbridge.Backend, src ModelSource, de
 // specialisations per model (WithMaxCompiled).
 const defaultMaxCompiled = 16
 
-// loadReplicas loads src on each device, with opts.
+// loadReplicas loads src on the first of devices, with opts, and makes the
+// others replicas of it (tensorbridge.Model.Replica): they share its
+// compiled shapes, so warm-up compiles each shape once for all of them.
 func (m *model) loadReplicas(ctx context.Context, b *tensorbridge.Backend, src ModelSource, devices []int, opts []tensorbridge.ModelOption) error {
+	var first *tensorbridge.Model
 	for _, d := range devices {
-		tm, err := b.LoadModel(ctx, src.Path, append([]tensorbridge.ModelOption{tensorbridge.OnDevice(d)}, opts...)...)
+		var tm *tensorbridge.Model
+		var err error
+		if first == nil {
+			tm, err = b.LoadModel(ctx, src.Path, append([]tensorbridge.ModelOption{tensorbridge.OnDevice(d),
+				tensorbridge.WithWeightsOnDevice(!src.Config.ConstantWeights)}, opts...)...)
+			first = tm
+		} else {
+			tm, err = first.Replica(ctx, d)
+		}
 		if err != nil {
 			m.close()
 			return fmt.Errorf("model %s on device %d: %w", src.Name, d, err)
 		}
-		m.replicas = append(m.replicas, &replica{m: tm, device: d})
+		m.replicas = append(m.replicas, &replica{m: tm, device: d, shares: tm != first})
 	}
 	return nil
 }
@@ -421,13 +443,16 @@ func (s *Server) CompileMisses(name string) (int64, bool) {
 	}
 	var n int64
 	for _, r := range m.replicas {
-		n += int64(r.m.CompileStats().Misses)
+		if !r.shares { // a replica sharing compiled shapes counts them once, with the first
+			n += int64(r.m.CompileStats().Misses)
+		}
 	}
 	return n, true
 }
 
-// warmup compiles every configured shape on every replica; the model is
-// ready afterwards, also when warm-up could not know the shapes (logged).
+// warmup compiles every configured shape, once for all the replicas (they
+// share compiled shapes, loadReplicas); the model is ready afterwards, also
+// when warm-up could not know the shapes (logged).
 func (m *model) warmup(ctx context.Context) error {
 	dims, why := m.warmupDims()
 	if why != "" {
@@ -437,21 +462,13 @@ func (m *model) warmup(ctx context.Context) error {
 		return nil
 	}
 	start := time.Now()
-	total := 0
-	for _, r := range m.replicas {
-		n, err := r.m.Warmup(ctx, dims, nil)
-		total += n
-		if err != nil {
-			var unsup *errs.UnsupportedError
-			if errors.As(err, &unsup) {
-				m.log.Warn("warm-up skipped", "reason", err.Error())
-				break
-			}
-			if r.mesh != "" {
-				return fmt.Errorf("warming up model %s over mesh %s: %w", m.name, r.mesh, err)
-			}
-			return fmt.Errorf("warming up model %s on device %d: %w", m.name, r.device, err)
+	total, err := m.replicas[0].m.Warmup(ctx, dims, nil)
+	if err != nil {
+		var unsup *errs.UnsupportedError
+		if !errors.As(err, &unsup) {
+			return m.warmErr(err)
 		}
+		m.log.Warn("warm-up skipped", "reason", err.Error())
 	}
 	m.log.Info("warm", "shapes", len(dims), "replicas", len(m.replicas), "compiled", total,
 		"took", time.Since(start).Round(time.Millisecond).String())
@@ -460,6 +477,14 @@ func (m *model) warmup(ctx context.Context) error {
 	}
 	m.ready.Store(true)
 	return nil
+}
+
+// warmErr names the model (and its mesh) in a warm-up error.
+func (m *model) warmErr(err error) error {
+	if r := m.replicas[0]; r.mesh != "" {
+		return fmt.Errorf("warming up model %s over mesh %s: %w", m.name, r.mesh, err)
+	}
+	return fmt.Errorf("warming up model %s: %w", m.name, err)
 }
 
 // describe is the model's line in the startup log.

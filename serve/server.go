@@ -13,7 +13,8 @@
 // on its own with its exact shape. A full queue answers 503 at once; a
 // request past its deadline answers 503; a request whose caller goes away
 // leaves the queue. The server is ready once warm-up has compiled the
-// configured batch sizes; Run drains on cancellation: it stops accepting,
+// configured batch sizes (with Options.BackgroundWarmup, the smallest; the
+// others compile while it serves); Run drains on cancellation: it stops accepting,
 // finishes what it accepted within the drain timeout, and returns nil.
 //
 // Protocol sources: docs/predict-api/v2/required_api.md and
@@ -69,8 +70,16 @@ type Options struct {
 	// go on before cancelling them (default 10s, at most DrainTimeout).
 	StreamDrainTimeout time.Duration
 	// Replicas is how many devices each model is loaded on, from device 0
-	// (default: all of the backend's devices).
+	// (default: all of the backend's devices). The replicas of a model
+	// share its compiled shapes (tensorbridge.Model.Replica).
 	Replicas int
+	// BackgroundWarmup makes Warmup mark a model ready once its smallest
+	// batch bucket is compiled and compile the other buckets in the
+	// background while it serves (coldstart.go); a batch whose bucket is
+	// not compiled yet runs in the next larger compiled one. Off, Warmup
+	// compiles every bucket before ready. Models that do not merge
+	// requests along a batch dimension always warm up whole.
+	BackgroundWarmup bool
 	// DrainTimeout bounds how long Run waits for accepted requests after
 	// its context ends (default 30s).
 	DrainTimeout time.Duration
@@ -132,6 +141,7 @@ type Server struct {
 	genCancel context.CancelFunc
 	ready     atomic.Bool
 	draining  atomic.Bool
+	bg        *background // warm-ups that continue after ready (coldstart.go)
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	closed    sync.Once
@@ -191,7 +201,8 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, backend: opts.Backend, models: map[string]*model{}, log: opts.Logger,
 		reg: prometheus.NewRegistry(), health: health.NewServer(), stop: make(chan struct{}),
-		budget: &byteBudget{max: opts.MaxInflightBytes}, est: map[*model]*runEstimate{}, gens: map[string]*generator{}}
+		budget: &byteBudget{max: opts.MaxInflightBytes}, est: map[*model]*runEstimate{}, gens: map[string]*generator{},
+		bg: newBackground()}
 	s.genCtx, s.genCancel = context.WithCancel(context.Background())
 	if opts.AuthTokenFile != "" {
 		tf, err := newTokenFile(opts.AuthTokenFile, opts.Logger)
@@ -237,12 +248,14 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// Warmup compiles every model's configured shapes on every replica, then
-// marks the server ready.
+// Warmup compiles every model's configured shapes, once for all of its
+// replicas, then marks the server ready; with Options.BackgroundWarmup,
+// each model's smallest batch bucket, the rest compiling in the background
+// until done or Close.
 func (s *Server) Warmup(ctx context.Context) error {
 	for _, name := range s.order {
 		m := s.models[name]
-		if err := m.warmup(ctx); err != nil {
+		if err := s.warmModel(ctx, m); err != nil {
 			return err
 		}
 		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
@@ -256,6 +269,22 @@ func (s *Server) Warmup(ctx context.Context) error {
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.log.Info("ready", "models", s.order, "generators", s.genOrder)
 	return nil
+}
+
+// warmModel warms m up, in the background after its smallest bucket when
+// the options ask for it and m qualifies.
+func (s *Server) warmModel(ctx context.Context, m *model) error {
+	if s.opts.BackgroundWarmup {
+		rest, ok, err := m.warmupInBackground(ctx)
+		if err != nil {
+			return err
+		}
+		if ok {
+			s.bg.start(rest)
+			return nil
+		}
+	}
+	return m.warmup(ctx)
 }
 
 // Ready says whether the server takes inference requests: warm and not
@@ -429,6 +458,7 @@ func (s *Server) Close() error {
 		for _, m := range s.models {
 			m.ready.Store(false) // later requests answer 503 instead of waiting
 		}
+		s.bg.stop() // background warm-ups (coldstart.go)
 		close(s.stop)
 		s.wg.Wait()
 		for _, m := range s.models {

@@ -38,6 +38,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	queueSize := fs.Int("max-queue-size", 1024, "requests waiting per model; one more is answered 503 \"queue full\" at once")
 	timeout := fs.Duration("request-timeout", 30*time.Second, "default per-request deadline, queueing included (a request's \"timeout\" parameter may shorten it); expiry answers 503")
 	concurrency := fs.Int("concurrency", 1, "runs each replica executes at once")
+	constWeights := fs.Bool("constant-weights", false, "compile the weights into each batch size's program as constants (default: one copy per replica as device buffers, passed to every program: less memory, faster compiles)")
+	warmAll := fs.Bool("warm-all", false, "compile every batch bucket before ready (default: ready once the smallest is compiled; the others compile in the background while it serves, a batch whose bucket is not compiled yet running in the next larger compiled one)")
 	allowCompile := fs.Bool("allow-compile", false, "let requests whose shapes warm-up did not compile run anyway, compiling on the request path (default: refuse them with 400 naming the warmed shapes, and refuse to load a model whose shapes warm-up cannot know)")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM or SIGINT, how long to wait for accepted requests before exiting")
 	logJSON := fs.Bool("log-json", false, "write logs as JSON lines (default: text) to stderr")
@@ -137,7 +139,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	log.Info("backend", "name", b.Name(), "devices", len(b.Devices()), "selection", b.Selection().Reason)
 	cfg := serve.ModelConfig{MaxBatch: *maxBatch, MaxQueueDelay: *delay, MaxQueueSize: *queueSize,
-		Timeout: *timeout, Concurrency: *concurrency, AllowCompile: *allowCompile}
+		Timeout: *timeout, Concurrency: *concurrency, AllowCompile: *allowCompile, ConstantWeights: *constWeights}
 	// In a multi-process job (a multi-host slice) every worker serves its
 	// own devices behind one Service; a mesh wider than this process's
 	// devices would need every worker to take part in each run, which
@@ -174,7 +176,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		srcs = append(srcs, serve.ModelSource{Name: strings.TrimSuffix(filepath.Base(p), filepath.Ext(p)), Path: p, Config: cfg, Mesh: mesh})
 	}
 	s, err := serve.New(ctx, serve.Options{Backend: b, Models: srcs, Generators: gens, StreamDrainTimeout: *stream, Replicas: *replicas, DrainTimeout: *drain,
-		Logger: log, Version: tensorbridge.Version,
+		BackgroundWarmup: !*warmAll, Logger: log, Version: tensorbridge.Version,
 		MaxMessageBytes: *maxReq, MaxInflightBytes: *maxInflight,
 		Limits: serve.Limits{ReadHeaderTimeout: *readHeaderTimeout, ReadTimeout: *readTimeout, WriteTimeout: *writeTimeout,
 			IdleTimeout: *idleTimeout, MaxConnections: *maxConns, GRPCMaxStreams: *grpcStreams, GRPCMinPingInterval: *grpcPing},
