@@ -47,8 +47,8 @@ type Trainable interface {
 
 // NewTrainer prepares to train src with cfg on device dev of the backend
 // (TrainOnDevice; default 0), as Model.NewTrainer does for an ONNX model:
-// cfg.Loss names the loss only (src builds it); Freeze is refused (src
-// says what is trained). A mesh (Config.Mesh data=D) trains data-parallel
+// cfg.Loss names the loss only (src builds it), and src applies
+// cfg.Freeze (it says what is trained). A mesh (Config.Mesh data=D) trains data-parallel
 // (Strategy dp) or with the trained tensors and their optimizer state
 // split over the data axis (fsdp); the constants are copied to every
 // device of the mesh (the Trainer owns the copies); tp is not done yet.
@@ -65,10 +65,6 @@ func (b *Backend) NewTrainer(ctx context.Context, src Trainable, cfg train.Confi
 	if cfg.Strategy == "tp" {
 		return nil, &errs.UnsupportedError{What: "feature", Name: "--strategy tp for " + src.TrainName(),
 			Detail: "not yet: train data-parallel (dp) or fsdp"}
-	}
-	if cfg.Freeze != "" {
-		return nil, &errs.UnsupportedError{What: "feature", Name: "--freeze for " + src.TrainName(),
-			Detail: "the model says what it trains"}
 	}
 	var o trainerOptions
 	for _, opt := range opts {
@@ -98,6 +94,9 @@ func (b *Backend) NewTrainer(ctx context.Context, src Trainable, cfg train.Confi
 	t.frozen = len(t.consts)
 	for _, c := range t.consts {
 		t.frozenElems += int64(c.Shape().Size())
+	}
+	if fz, ok := src.(interface{ TrainFrozen() (int, int64) }); ok { // the model's own count
+		t.frozen, t.frozenElems = fz.TrainFrozen()
 	}
 	if err := t.place(ctx); err != nil {
 		t.release()

@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -100,13 +101,20 @@ type FineTune struct {
 	lora   *LoRA
 	params []onnx.Param
 	digest string
+	// A full fine-tune's trained and frozen tensors: indices into the
+	// model's weights (weightSpecs order).
+	trainedIdx, frozenIdx []int
 }
 
 // NewFineTune prepares m for training: lora's modules (validated against
-// m's projections) or, with lora nil, every checkpoint tensor. The model
-// must be on one device, unquantized and in float32 for a full fine-tune
-// (the trained tensors are float32 masters).
-func NewFineTune(m *Model, lora *LoRA) (*FineTune, error) {
+// m's projections) or, with lora nil, every checkpoint tensor whose name
+// freeze (when not nil) does not match. The model must be on one device,
+// unquantized and in float32 for a full fine-tune (the trained tensors are
+// float32 masters).
+func NewFineTune(m *Model, lora *LoRA, freeze *regexp.Regexp) (*FineTune, error) {
+	if lora != nil && freeze != nil {
+		return nil, &errs.InputError{Name: "--freeze", Problem: "value", Expected: "a full fine-tune (LoRA trains its adapters only)", Got: freeze.String()}
+	}
 	if m.tp != nil {
 		return nil, &errs.UnsupportedError{What: "feature", Name: "fine-tuning a model loaded on a mesh", Detail: "load it on one device"}
 	}
@@ -120,8 +128,16 @@ func NewFineTune(m *Model, lora *LoRA) (*FineTune, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "llm fine-tune %s\n", m.Dir)
 	if lora == nil {
-		for _, w := range weightSpecs(m.Config) {
+		for i, w := range weightSpecs(m.Config) {
+			if freeze != nil && freeze.MatchString(w.name) {
+				f.frozenIdx = append(f.frozenIdx, i)
+				continue
+			}
+			f.trainedIdx = append(f.trainedIdx, i)
 			f.params = append(f.params, onnx.Param{Name: w.name, Shape: ir.MakeShape(ir.Float32, w.shape...)})
+		}
+		if len(f.params) == 0 {
+			return nil, &errs.InputError{Name: "--freeze", Problem: "value", Expected: "a pattern leaving some weight to train", Got: freeze.String() + " matches every weight"}
 		}
 	} else if err := f.addLoRA(h); err != nil {
 		return nil, err
@@ -211,7 +227,7 @@ func (f *FineTune) TrainInitial(ctx context.Context, i int) (*ir.Tensor, error) 
 		if f.m.weights == nil {
 			return nil, &errs.Error{Kind: errs.FailedPrecondition, Op: "fine-tune", Err: fmt.Errorf("model %s is closed", f.m.Dir)}
 		}
-		return hostCopy(f.m.weights[i])
+		return hostCopy(f.m.weights[f.trainedIdx[i]])
 	}
 	lm := f.lora.Modules[i/2]
 	data := lm.A
@@ -222,15 +238,54 @@ func (f *FineTune) TrainInitial(ctx context.Context, i int) (*ir.Tensor, error) 
 }
 
 // TrainConstants are the model's device buffers the loss reads but does
-// not train: every weight with LoRA, the rope tables otherwise.
+// not train: every weight with LoRA; otherwise the frozen weights, then
+// the rope tables.
 func (f *FineTune) TrainConstants() []*ir.Tensor {
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()
 	if f.lora != nil {
 		return append([]*ir.Tensor(nil), f.m.weights...)
 	}
+	var out []*ir.Tensor
+	for _, i := range f.frozenIdx {
+		out = append(out, f.m.weights[i])
+	}
+	return append(out, f.m.weights[len(weightSpecs(f.m.Config)):]...)
+}
+
+// TrainFrozen counts the checkpoint tensors read but not trained (for
+// Trainer.Stats): every one with LoRA, the frozen ones otherwise.
+func (f *FineTune) TrainFrozen() (tensors int, elements int64) {
+	specs := weightSpecs(f.m.Config)
+	idx := f.frozenIdx
+	if f.lora != nil {
+		idx = make([]int, len(specs))
+		for i := range idx {
+			idx[i] = i
+		}
+	}
+	for _, i := range idx {
+		n := int64(1)
+		for _, d := range specs[i].shape {
+			n *= int64(d)
+		}
+		tensors, elements = tensors+1, elements+n
+	}
+	return tensors, elements
+}
+
+// fullWeights puts a full fine-tune's trained and frozen nodes back in the
+// order the decoder takes them.
+func (f *FineTune) fullWeights(trained, constants []*Node) []*Node {
 	n := len(weightSpecs(f.m.Config))
-	return append([]*ir.Tensor(nil), f.m.weights[n:]...)
+	p := make([]*Node, n, n+len(constants))
+	for k, i := range f.trainedIdx {
+		p[i] = trained[k]
+	}
+	for k, i := range f.frozenIdx {
+		p[i] = constants[k]
+	}
+	return append(p, constants[len(f.frozenIdx):]...)
 }
 
 // TrainCheckBatch refuses token ids or labels outside the vocabulary and
@@ -282,7 +337,7 @@ func (f *FineTune) TrainLoss(g *ir.Graph, trained, constants []*ir.Node, batch m
 	c := f.m.Config
 	var w netWeights
 	if f.lora == nil {
-		w = newNetWeights(c, append(append([]*Node(nil), trained...), constants...))
+		w = newNetWeights(c, f.fullWeights(trained, constants))
 	} else {
 		w = newNetWeights(c, constants)
 		w.lora = map[int][2]*Node{}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -74,8 +75,8 @@ func (f *trainFlags) checkLLM() error {
 		return usageErr("a checkpoint directory trains with exactly one of --lora SPEC, --lora-init DIR or --full")
 	case l.merge && l.full:
 		return usageErr("--merge is for LoRA (a full fine-tune always writes a whole checkpoint)")
-	case f.freeze != "":
-		return usageErr("--freeze is for ONNX models: a checkpoint directory trains --lora adapters or every weight (--full)")
+	case f.freeze != "" && !l.full:
+		return usageErr("--freeze is for --full: LoRA trains its adapters only")
 	case f.strategy == "tp":
 		return usageErr("--strategy tp is not yet for checkpoint directories: use --mesh data=D with dp or fsdp")
 	case f.set["loss"] && f.loss != "causal_lm":
@@ -216,7 +217,11 @@ func trainLLM(ctx context.Context, dir string, f *trainFlags, cfg train.Config, 
 	if err != nil {
 		return err
 	}
-	ft, err := llm.NewFineTune(m, lora)
+	var freeze *regexp.Regexp
+	if f.freeze != "" {
+		freeze = regexp.MustCompile(f.freeze) // checked by train.Config.Validate
+	}
+	ft, err := llm.NewFineTune(m, lora, freeze)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -15,6 +16,7 @@ import (
 	"github.com/tensorbridge/tensorbridge/internal/testreq"
 	"github.com/tensorbridge/tensorbridge/llm"
 	"github.com/tensorbridge/tensorbridge/llm/peft"
+	"github.com/tensorbridge/tensorbridge/safetensors"
 )
 
 // TestTrainLLMBadInput: what train DIR refuses, each with exit code 2, a
@@ -325,4 +327,62 @@ func TestTrainLLMDropout(t *testing.T) {
 	if got := append(first, rest...); !slices.Equal(got, a) {
 		t.Errorf("stopped at 3 and resumed: %v, uninterrupted %v", got, a)
 	}
+}
+
+// TestTrainLLMFreeze: --full --freeze REGEXP trains every weight but those
+// it matches, which come out bitwise as they went in; the first step's
+// loss (before any update) is the full fine-tune's.
+func TestTrainLLMFreeze(t *testing.T) {
+	base, _ := llmFixture(t, "llama")
+	_, refs := finetuneFixture(t, "llama")
+	ref := refs.Runs["full-text"]
+	out := filepath.Join(t.TempDir(), "out")
+	logPath := filepath.Join(t.TempDir(), "log.jsonl")
+	code, stdout, stderr := run(t, "train", base, "--data", filepath.Join("..", "..", "llm", "sft", "testdata", ref.Data),
+		"--seq-len", "64", "--batch", "2", "--steps", "2", "--full", "--freeze", `embed_tokens|layers\.0\.`,
+		"--backend", testBackend(), "--log-json", logPath, "--output", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if l := *readLog(t, logPath)[0].Loss; math.Abs(l-ref.Losses[0])/ref.Losses[0] > 1e-5 {
+		t.Errorf("step 1: loss %.9g, transformers %.9g", l, ref.Losses[0])
+	}
+	before, after := readTensors(t, base), readTensors(t, out)
+	for name, w := range before {
+		frozen := strings.Contains(name, "embed_tokens") || strings.Contains(name, "layers.0.")
+		if same := slices.Equal(w, after[name]); same != frozen {
+			t.Errorf("%s: unchanged %v, frozen %v", name, same, frozen)
+		}
+	}
+	if !strings.Contains(stdout, "freezing 10 tensors") {
+		t.Errorf("stdout %q: want 10 frozen tensors (embed_tokens and layer 0's 9)", stdout)
+	}
+}
+
+// readTensors reads every float32 tensor of a checkpoint directory
+// through llm (the decoder's view: SaveCheckpoint with nothing trained).
+func readTensors(t *testing.T, dir string) map[string][]float32 {
+	t.Helper()
+	tmp := filepath.Join(t.TempDir(), "copy")
+	if err := llm.SaveCheckpoint(context.Background(), dir, tmp, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	h, err := safetensors.Read(filepath.Join(tmp, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(tmp, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]float32{}
+	for name, ts := range h.Tensors {
+		b := raw[ts.Begin:ts.End]
+		v := make([]float32, len(b)/4)
+		for i := range v {
+			v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+		out[name] = v
+	}
+	return out
 }
