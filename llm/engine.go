@@ -60,6 +60,11 @@ type Request struct {
 	// Adapter names the LoRA adapter (LoadOptions.Adapters) to generate
 	// with; "" is the base model.
 	Adapter string
+	// NewConstraint, when set, makes each sequence's Constraint
+	// (constrain.go): structured output. NewDetokenizer, when set,
+	// replaces the engine's detokenizer for this request.
+	NewConstraint  func() Constraint
+	NewDetokenizer func() Detokenizer
 }
 
 // Token is one event of a generation's stream. A token has ID >= 0; the
@@ -135,6 +140,16 @@ type EngineOptions struct {
 	// NewDetokenizer makes a detokenizer per request (for Token.Text and
 	// stop strings); nil: no text.
 	NewDetokenizer func() Detokenizer
+	// PrefillChunk > 0 prefills prompts in chunks of that many positions
+	// between decode steps, so that a long prompt never stalls the running
+	// sequences (chunked.go); prompts may then be as long as the context
+	// allows, whatever the prefill buckets. 0: each prompt in one prefill
+	// run.
+	PrefillChunk int
+	// PrefixCache (needs PrefillChunk) reuses the keys and values of
+	// earlier prompts' leading blocks of PrefillChunk tokens for a later
+	// prompt starting with the same tokens (prefix.go).
+	PrefixCache bool
 }
 
 // Engine runs generations on a Model with continuous batching: one
@@ -153,16 +168,20 @@ type Engine struct {
 	decode       map[decodeKey]*tensorbridge.Executable
 	decodeLP     map[decodeKey]*tensorbridge.Executable // with top logprobs (logprobs.go), compiled on first need
 	prefillLP    map[prefillKey]*tensorbridge.Executable
-	dBuckets     []int // batch buckets
-	cBuckets     []int // context buckets
-	compiles     atomic.Int64
-	stats        stepStats
-	streamCap    int       // tokens a stream's channel holds (stream.go)
-	scatter      bool      // cache writes by ScatterUpdate (cpu backend)
-	tp           *engineTP // the other devices' cache shares with a mesh (mesh.go)
+	// copySlot copies a slot's KV rows to another (choices.go), compiled
+	// on first need.
+	copySlot  *tensorbridge.Executable
+	dBuckets  []int // batch buckets
+	cBuckets  []int // context buckets
+	compiles  atomic.Int64
+	stats     stepStats
+	streamCap int       // tokens a stream's channel holds (stream.go)
+	scatter   bool      // cache writes by ScatterUpdate (cpu backend)
+	tp        *engineTP // the other devices' cache shares with a mesh (mesh.go)
 	// cacheLost is set by a failed run that consumed the caches (see
 	// runStep); the loop ends every running sequence and clears it.
 	cacheLost bool
+	chunks    *chunker // chunked prefill and the prefix cache (chunked.go); nil when off
 
 	queue   chan *seq
 	closing chan struct{}
@@ -186,6 +205,16 @@ type seq struct {
 	stopAll []int
 	hist    []int // prompt and generated tokens (penalties)
 	biasIDs []int // the logit_bias ids, sorted
+	// fill: chunked prefill in progress (chunked.go), else nil.
+	fill *fillState
+	// Constrained decoding (constrain.go): the constraint, its mask, and
+	// the error of a token it refused.
+	con     Constraint
+	maskBuf []uint32
+	conErr  error
+	// group: the other choices of an n-choice request, on its first
+	// (choices.go).
+	group []*seq
 }
 
 // NewEngine sizes the KV cache, compiles and warms every program, and
@@ -270,7 +299,13 @@ func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err e
 		}
 	}
 	en.cBuckets = pow2Buckets(o.MinDecodeContext, m.maxContext)
+	if en.chunks, err = newChunker(o, m.maxContext, slots); err != nil {
+		return nil, err
+	}
 	if err := en.warmUp(ctx); err != nil {
+		return nil, err
+	}
+	if err := en.warmChunks(ctx); err != nil {
 		return nil, err
 	}
 	go en.loop()
@@ -284,6 +319,9 @@ func isCPU(b *tensorbridge.Backend) bool {
 
 // allocCache places zeroed K and V caches on the device.
 func (e *Engine) allocCache() error {
+	if e.chunks != nil { // new caches: the prefix cache's rows are gone
+		e.chunks.prefix.forgetAll()
+	}
 	if e.m.tp != nil {
 		return e.allocCacheMesh()
 	}
@@ -321,7 +359,7 @@ func (e *Engine) warmUp(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			e.decode[decodeKey{b, cb, false}] = exe
+			e.decode[decodeKey{batch: b, context: cb}] = exe
 			if _, _, err := e.runDecode(ctx, exe, b, cb, nil, false); err != nil {
 				return fmt.Errorf("llm: warming decode %d (context %d): %w", b, cb, err)
 			}
@@ -336,6 +374,7 @@ func (e *Engine) warmUp(ctx context.Context) error {
 type decodeKey struct {
 	batch, context int
 	pen            bool
+	mask           bool // with the constraint mask input (constrain.go)
 }
 
 // decodeProgram returns the decode program of key k, with top logprobs
@@ -363,12 +402,13 @@ func (e *Engine) decodeProgram(ctx context.Context, k decodeKey, lp bool) (*tens
 type prefillKey struct {
 	p        int
 	lp, echo bool
+	mask     bool // with the constraint mask input (constrain.go)
 }
 
 // prefillProgram returns the prefill program of key k, compiling it the
 // first time one is needed.
 func (e *Engine) prefillProgram(ctx context.Context, k prefillKey) (*tensorbridge.Executable, error) {
-	if !k.lp && !k.echo {
+	if !k.lp && !k.echo && !k.mask {
 		return e.prefill[k.p], nil
 	}
 	if exe := e.prefillLP[k]; exe != nil {
@@ -419,10 +459,22 @@ func (e *Engine) Ready() bool {
 // waits for a slow reader (stream.go): read the stream to its end or
 // cancel ctx, else its undelivered tokens stay in memory.
 func (e *Engine) Generate(ctx context.Context, r Request) (<-chan Token, error) {
+	s, err := e.newSeq(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.enqueue(s); err != nil {
+		return nil, err
+	}
+	return s.out.ch, nil
+}
+
+// newSeq checks a request and makes its sequence.
+func (e *Engine) newSeq(ctx context.Context, r Request) (*seq, error) {
 	if len(r.Prompt) == 0 {
 		return nil, &RequestError{Problem: "empty prompt"}
 	}
-	if len(r.Prompt) > e.pBuckets[len(e.pBuckets)-1] || len(r.Prompt) >= e.m.maxContext {
+	if (len(r.Prompt) > e.pBuckets[len(e.pBuckets)-1] && !e.chunkable(r)) || len(r.Prompt) >= e.m.maxContext {
 		return nil, &RequestError{Problem: fmt.Sprintf("prompt of %d tokens leaves no room in the %d-token context", len(r.Prompt), e.m.maxContext)}
 	}
 	if r.MaxTokens < 0 {
@@ -464,16 +516,22 @@ func (e *Engine) Generate(ctx context.Context, r Request) (<-chan Token, error) 
 	if e.opts.NewDetokenizer != nil {
 		s.detok = e.opts.NewDetokenizer()
 	}
+	e.startConstraint(s)
+	return s, nil
+}
+
+// enqueue queues s (and its group) for the engine's loop.
+func (e *Engine) enqueue(s *seq) error {
 	select {
 	case <-e.closing:
-		return nil, ErrEngineClosed
+		return ErrEngineClosed
 	default:
 	}
 	select {
 	case e.queue <- s:
-		return s.out.ch, nil
+		return nil
 	default:
-		return nil, ErrQueueFull
+		return ErrQueueFull
 	}
 }
 
@@ -501,6 +559,9 @@ func (e *Engine) release() {
 	for _, x := range e.prefillLP {
 		_ = x.Close()
 	}
+	if e.copySlot != nil {
+		_ = e.copySlot.Close()
+	}
 	e.prefill, e.decode, e.decodeLP, e.prefillLP = nil, nil, nil, nil
 	for _, t := range []*ir.Tensor{e.kc, e.vc} {
 		if t != nil {
@@ -509,6 +570,7 @@ func (e *Engine) release() {
 	}
 	e.kc, e.vc = nil, nil
 	e.releaseMesh()
+	e.releaseChunks()
 }
 
 // loop is the engine's goroutine.
@@ -519,6 +581,7 @@ func (e *Engine) loop() {
 		free = append(free, i)
 	}
 	var active []*seq
+	var held *seq // an n-choice request waiting for n free slots (choices.go)
 	ctx := context.Background()
 	finish := func(s *seq, why string, err error) {
 		text := ""
@@ -526,14 +589,23 @@ func (e *Engine) loop() {
 			text = s.text.String() + s.detok.Flush()
 			text = cutStop(text, s.req.StopStrings)
 		}
+		if err == nil {
+			err = s.conErr
+		}
 		s.out.end(Token{ID: -1, Text: text, Finish: why, Err: err})
 		free = append(free, s.slot)
+		e.slotFreed(s.slot)
 	}
 	for {
 		// Admit waiting requests while slots are free.
 		for len(free) > 0 {
 			var s *seq
-			if len(active) == 0 {
+			if held != nil {
+				if len(free) <= len(held.group) {
+					break
+				}
+				s, held = held, nil
+			} else if len(active) == 0 {
 				select {
 				case s = <-e.queue:
 				case <-e.closing:
@@ -550,21 +622,50 @@ func (e *Engine) loop() {
 				break
 			}
 			if s.ctx.Err() != nil {
-				s.out.end(Token{ID: -1, Finish: "cancelled", Err: s.ctx.Err()})
+				endGroup(s, Token{ID: -1, Finish: "cancelled", Err: s.ctx.Err()})
 				continue
 			}
-			s.slot, free = free[len(free)-1], free[:len(free)-1]
+			if len(free) <= len(s.group) { // an n-choice request takes its n slots at once
+				held = s
+				break
+			}
+			if e.chunkable(s.req) && len(s.group) == 0 { // chunked.go
+				var err error
+				if free, err = e.admitChunked(ctx, s, free); err != nil {
+					finish(s, "error", err)
+					if e.cacheLost {
+						for _, a := range active {
+							finish(a, "error", err)
+						}
+						active, e.cacheLost = nil, false
+						e.chunks.prefix.forgetAll()
+					}
+					continue
+				}
+				active = append(active, s)
+				continue
+			}
+			if err := e.fitsPrefill(s); err != nil { // chunked.go
+				endGroup(s, Token{ID: -1, Finish: "error", Err: err})
+				continue
+			}
+			s.slot, free = e.popSlot(free)
 			p := e.bucketFor(len(s.req.Prompt))
 			err := e.bindAdapter(s.slot, s.adapter)
 			var exe *tensorbridge.Executable
 			if err == nil {
-				exe, err = e.prefillProgram(ctx, prefillKey{p, s.req.TopLogprobs > 0 || s.req.PromptLogprobs, s.req.PromptLogprobs})
+				exe, err = e.prefillProgram(ctx, prefillKey{p: p, lp: s.req.TopLogprobs > 0 || s.req.PromptLogprobs, echo: s.req.PromptLogprobs, mask: s.con != nil})
 			}
 			var out stepOut
 			if err == nil {
 				out, err = e.runPrefill(ctx, exe, p, s.req.Prompt, s.slot, s.row())
 			}
+			var group []*seq
+			if err == nil && len(s.group) > 0 {
+				group, err = e.startGroup(ctx, s, &free)
+			}
 			if err != nil {
+				endFollowers(s, Token{ID: -1, Finish: "error", Err: err})
 				finish(s, "error", err)
 				if e.cacheLost { // the running sequences' cache rows are gone too
 					for _, a := range active {
@@ -574,6 +675,7 @@ func (e *Engine) loop() {
 				}
 				continue
 			}
+			active = append(active, group...)
 			s.pos = len(s.req.Prompt)
 			first := out.token(0, s.req.TopLogprobs)
 			first.Prompt = out.prompt(s.req.Prompt, s.req.TopLogprobs)
@@ -586,6 +688,9 @@ func (e *Engine) loop() {
 		select {
 		case <-e.closing:
 			e.drain(active)
+			if held != nil {
+				endGroup(held, Token{ID: -1, Finish: "cancelled", Err: ErrEngineClosed})
+			}
 			return
 		default:
 		}
@@ -599,7 +704,12 @@ func (e *Engine) loop() {
 			kept = append(kept, s)
 		}
 		active = kept
+		var filling []*seq // chunked prefill: this turn's chunks, then the decode step without them
+		if e.chunks != nil {
+			active, filling = splitFilling(e.fillStep(ctx, active, finish))
+		}
 		if len(active) == 0 {
+			active = filling
 			continue
 		}
 		b := e.decodeBucket(len(active))
@@ -612,7 +722,7 @@ func (e *Engine) loop() {
 			lp = lp || s.req.TopLogprobs > 0
 		}
 		cb := e.contextBucket(top)
-		exe, err := e.decodeProgram(ctx, decodeKey{b, cb, pen}, lp)
+		exe, err := e.decodeProgram(ctx, decodeKey{batch: b, context: cb, pen: pen, mask: anyMask(rows)}, lp)
 		var out stepOut
 		if err == nil {
 			out, err = e.runDecodeOut(ctx, exe, b, cb, rows, pen)
@@ -632,13 +742,21 @@ func (e *Engine) loop() {
 			kept = append(kept, s)
 		}
 		active = kept
+		if err != nil && e.chunks != nil { // the cache may be lost: theirs too
+			for _, s := range filling {
+				finish(s, "error", err)
+			}
+			filling = nil
+			e.chunks.prefix.forgetAll()
+		}
+		active = append(active, filling...)
 	}
 }
 
 // row is the sequence's inputs to its next program run.
 func (s *seq) row() row {
 	return row{token: s.last, pos: s.pos, slot: s.slot, s: s.req.Sampling, index: s.n,
-		hist: s.hist, plen: len(s.req.Prompt), biasIDs: s.biasIDs, stops: s.stopAll}
+		hist: s.hist, plen: len(s.req.Prompt), biasIDs: s.biasIDs, stops: s.stopAll, mask: s.nextMask()}
 }
 
 // drain ends every running and queued sequence on Close.
@@ -649,7 +767,7 @@ func (e *Engine) drain(active []*seq) {
 	for {
 		select {
 		case s := <-e.queue:
-			s.out.end(Token{ID: -1, Finish: "cancelled", Err: ErrEngineClosed})
+			endGroup(s, Token{ID: -1, Finish: "cancelled", Err: ErrEngineClosed})
 		default:
 			return
 		}
@@ -664,6 +782,7 @@ func (e *Engine) emit(s *seq, t Token) string {
 	s.last = id
 	s.hist = append(s.hist, id)
 	stop := slices.Contains(s.stopAll, id)
+	conWhy := s.advanceConstraint(id)
 	if s.detok != nil && s.n < s.req.Sampling.MinTokens {
 		// Stop strings do not match before min_tokens (as vLLM): the
 		// text goes out as it comes.
@@ -686,6 +805,8 @@ func (e *Engine) emit(s *seq, t Token) string {
 	}
 	s.out.send(t)
 	switch {
+	case conWhy != "":
+		return conWhy
 	case stop:
 		return "stop"
 	case s.n >= s.max || s.pos+1 >= e.m.maxContext:
@@ -771,7 +892,8 @@ func (e *Engine) runPrefill(ctx context.Context, exe *tensorbridge.Executable, p
 		func() (*ir.Tensor, error) { return int32Tensor([]int{1}, []int{slot}) },
 		func() (*ir.Tensor, error) { return int32Tensor([]int{1, k}, pb.biasIDs) },
 		func() (*ir.Tensor, error) { return float32Tensor([]int{1, k}, pb.biasVals) },
-	} {
+		func() (*ir.Tensor, error) { return maskTensor([]row{r}, 1, e.maskWords()) },
+	}[:5+boolInt(r.mask != nil)] {
 		t, err := mk()
 		if err != nil {
 			freeAll(blocks)
@@ -812,6 +934,9 @@ func (e *Engine) runDecodeOut(ctx context.Context, exe *tensorbridge.Executable,
 			func() (*ir.Tensor, error) { return float32Tensor([]int{b, k}, pb.biasVals) },
 			func() (*ir.Tensor, error) { return int32Tensor([]int{b, cb}, pb.hist) },
 			func() (*ir.Tensor, error) { return int32Tensor([]int{b}, pb.plen) })
+	}
+	if anyMask(rows) {
+		makers = append(makers, func() (*ir.Tensor, error) { return maskTensor(rows, b, e.maskWords()) })
 	}
 	var blocks []*ir.Tensor
 	for _, mk := range makers {

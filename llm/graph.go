@@ -175,6 +175,10 @@ type cacheIO struct {
 	// backend, which lacks DynamicUpdateSlice); otherwise one
 	// DynamicUpdateSlice per row, which XLA does in place.
 	scatter bool
+	// chunk (chunked.go): B = 1, a block of T prompt tokens at positions
+	// [p, p+T) written into the slot layer by layer, then attending, like
+	// decode, to the slot's positions [0, ctx) causally.
+	chunk bool
 }
 
 // step runs the decoder on tokens [B, T] at positions [B, T] and returns
@@ -190,11 +194,15 @@ func step(c *Config, w netWeights, tokens, positions *Node, cache *cacheIO) (hid
 		w.rowIdx = Reshape(Gather(w.table, Reshape(cache.slots, b, 1)), b)
 	}
 	var cachedK, cachedV, cachedPos *Node
-	inPlace := cache != nil && !cache.prefill && !cache.scatter
+	inPlace := cache != nil && !cache.prefill && (!cache.scatter || cache.chunk)
 	kc, vc := (*Node)(nil), (*Node)(nil)
 	if inPlace {
 		kc, vc = cache.k, cache.v
-		cachedPos = livePositions(positions, cache.ctx)
+		if cache.chunk { // attention masks causally: key positions as they are
+			cachedPos = Iota(g, ir.MakeShape(ir.Int32, b, cache.ctx), 1)
+		} else {
+			cachedPos = livePositions(positions, cache.ctx)
+		}
 	} else if cache != nil && !cache.prefill {
 		idx := Reshape(cache.slots, b, 1)
 		live := func(x *Node) *Node { return Slice(x, AxisRange(), AxisRange(0, cache.ctx)) }
@@ -295,17 +303,22 @@ func livePositions(positions *Node, mc int) *Node {
 	return Where(LessOrEqual(iota, BroadcastToDims(positions, b, mc)), iota, BroadcastToDims(ConstAsDType(g, ir.Int32, noKey), b, mc))
 }
 
-// writeLayer stores layer l's block [B, 1, Hkv, D] into cache at each
-// row's slot and position, one DynamicUpdateSlice per row.
+// writeLayer stores layer l's block [B, T, Hkv, D] into cache at each
+// row's slot and positions (from its first), one DynamicUpdateSlice per
+// row (T > 1: a prompt chunk, chunked.go; by ScatterUpdate on a backend
+// without DynamicUpdateSlice).
 func writeLayer(io *cacheIO, cache, block *Node, l int, positions *Node) *Node {
 	g := cache.Graph()
 	dims := block.Shape().Dimensions
 	block = ConvertDType(block, cache.DType())
+	if io.scatter {
+		return scatterLayer(io, cache, block, l, positions)
+	}
 	zero, layer := ConstAsDType(g, ir.Int32, 0), ConstAsDType(g, ir.Int32, l)
 	for i := range dims[0] {
 		slot := Reshape(Slice(io.slots, AxisRange(i, i+1)))
 		pos := Reshape(Slice(positions, AxisRange(i, i+1), AxisRange(0, 1)))
-		row := Reshape(Slice(block, AxisRange(i, i+1)), 1, 1, 1, dims[2], dims[3])
+		row := Reshape(Slice(block, AxisRange(i, i+1)), 1, dims[1], 1, dims[2], dims[3])
 		cache = DynamicUpdateSlice(cache, row, []*Node{slot, pos, layer, zero, zero})
 	}
 	return cache

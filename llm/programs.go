@@ -67,8 +67,11 @@ func (e *Engine) compilePrefillVariant(ctx context.Context, k prefillKey) (*tens
 	shapes := append(e.m.weightShapes(), e.cacheShape, e.cacheShape,
 		ir.MakeShape(ir.Int32, 1, p), ir.MakeShape(ir.Int32, 1), ir.MakeShape(ir.Int32, 1))
 	shapes = append(shapes, biasShapes(1, e.biasWidth())...)
-	shapes = append(shapes, sampleShapes(1)...)
 	name, extra := fmt.Sprintf("llm-prefill-%d", p), 0
+	if k.mask {
+		shapes, name = append(shapes, e.maskShape(1)), name+"-masked"
+	}
+	shapes = append(shapes, sampleShapes(1)...)
 	if k.lp || k.echo {
 		name, extra = name+"-logprobs", 2
 	}
@@ -85,7 +88,13 @@ func (e *Engine) compilePrefillVariant(ctx context.Context, k prefillKey) (*tens
 		hl := Gather(h, last) // [1, H]
 		// The history is the prompt itself, all of it prompt tokens.
 		pen := penaltyInputs{hist: tokens, plen: length, hlen: length, biasIDs: in[nw+5], biasVals: in[nw+6], on: true}
-		tok, lp, lsm := sampleLSM(logits(w, hl), sampleNodes(in[nw+7:], pen))
+		si, mask := nw+7, (*ir.Node)(nil)
+		if k.mask {
+			si, mask = si+1, allowedNode(in[nw+7], c.Vocab)
+		}
+		sp := sampleNodes(in[si:], pen)
+		sp.mask = mask
+		tok, lp, lsm := sampleLSM(logits(w, hl), sp)
 		outs := []*ir.Node{tok, lp, nk, nv}
 		if k.lp || k.echo {
 			tv, ti := topLogprobs(lsm, e.topWidth())
@@ -102,7 +111,7 @@ func (e *Engine) compilePrefillVariant(ctx context.Context, k prefillKey) (*tens
 // compileDecode compiles the decode program for b sequences whose
 // positions are all below the context bucket cb.
 func (e *Engine) compileDecode(ctx context.Context, b, cb int, pen bool) (*tensorbridge.Executable, error) {
-	return e.compileDecodeVariant(ctx, decodeKey{b, cb, pen}, false)
+	return e.compileDecodeVariant(ctx, decodeKey{batch: b, context: cb, pen: pen}, false)
 }
 
 // compileDecodeVariant compiles the decode program of key k, with each
@@ -117,6 +126,11 @@ func (e *Engine) compileDecodeVariant(ctx context.Context, k decodeKey, lp bool)
 	if pen {
 		shapes = append(shapes, biasShapes(b, e.biasWidth())...)
 		shapes = append(shapes, ir.MakeShape(ir.Int32, b, cb), ir.MakeShape(ir.Int32, b))
+	}
+	if k.mask {
+		shapes, name = append(shapes, e.maskShape(b)), name+"-masked"
+	}
+	if pen {
 		shapes = append(shapes, sampleShapes(b)...)
 		name += "-penalties"
 	} else {
@@ -139,14 +153,25 @@ func (e *Engine) compileDecodeVariant(ctx context.Context, k decodeKey, lp bool)
 			}
 			return outs
 		}
+		// masked reads the mask input at in[i] (when k.mask) and the
+		// sampling inputs after it.
+		masked := func(i int, pi penaltyInputs) sampleParams {
+			var mask *ir.Node
+			if k.mask {
+				i, mask = i+1, allowedNode(in[i], c.Vocab)
+			}
+			sp := sampleNodes(in[i:], pi)
+			sp.mask = mask
+			return sp
+		}
 		if !pen {
-			return withTop(sampleLSM(logits(w, h), sampleNodes(in[nw+5:], penaltyInputs{}))), nil
+			return withTop(sampleLSM(logits(w, h), masked(nw+5, penaltyInputs{}))), nil
 		}
 		// The history holds positions [0, pos]: the token fed at pos is
 		// the last one generated.
 		hlen := Add(Reshape(pos, b), ConstAsDType(g, ir.Int32, 1))
 		pi := penaltyInputs{biasIDs: in[nw+5], biasVals: in[nw+6], hist: in[nw+7], plen: in[nw+8], hlen: hlen, on: true}
-		return withTop(sampleLSM(logits(w, h), sampleNodes(in[nw+9:], pi))), nil
+		return withTop(sampleLSM(logits(w, h), masked(nw+9, pi))), nil
 	}, shapes...)
 }
 
@@ -176,6 +201,8 @@ type row struct {
 	plen             int   // prompt length
 	biasIDs          []int // the logit_bias ids, sorted
 	stops            []int // the ids min_tokens masks
+
+	mask []uint32 // the tokens allowed next (constrain.go); nil: all
 }
 
 // sampleTensors builds the sampling inputs for rows (padded to n).

@@ -25,6 +25,7 @@ const searchSteps = 24
 type sampleParams struct {
 	temp, topK, topP, minP, seed, index *Node
 	pen                                 penaltyInputs
+	mask                                *Node // [B, V] bool: the tokens allowed (constrain.go); nil: all
 }
 
 // sample returns the chosen token [B] int32 and its log-probability under
@@ -51,6 +52,9 @@ func sampleLSM(lg *Node, sp sampleParams) (tok, logprob, lsm *Node) {
 	if sp.pen.on {
 		pl = penalize(lg, sp.pen)
 	}
+	if sp.mask != nil {
+		pl = Where(sp.mask, pl, negInf)
+	}
 	greedy := ArgMax(pl, -1, ir.Int32)
 
 	temp := Max(sp.temp, f32(1e-6))
@@ -64,7 +68,7 @@ func sampleLSM(lg *Node, sp sampleParams) (tok, logprob, lsm *Node) {
 	k := sp.topK
 	kf := ConvertDType(k, ir.Float32)
 	hi, lo := ReduceMax(x, -1), ReduceMin(x, -1)
-	if sp.pen.on {
+	if sp.pen.on || sp.mask != nil {
 		lo = ReduceMin(Where(GreaterThan(x, negInf), x, col(hi)), -1)
 	}
 	for range searchSteps {

@@ -6,7 +6,9 @@
 # ids under penalties and logit_bias, against
 # transformers', streaming, usage and include_usage, stop strings,
 # max_tokens, seeds, embeddings against transformers' pooled hidden
-# states, bad requests),
+# states, response_format json_schema answers validated, n choices
+# against transformers' greedy text, tool_choice required and named
+# with arguments validated, bad requests),
 # which sends SIGTERM with a stream running; the server must then exit 0
 # within 15 s. Loopback only; every step is bounded in time.
 #
@@ -32,8 +34,19 @@ label="openai e2e"
 venv="$cache/venv-openai-${OPENAI_VERSION}"
 e2e_venv "$venv" 'import openai' "openai==${OPENAI_VERSION}"
 
+# The same checkpoint with a 1024-token context, served as qwen2-long:
+# the tool definitions written into the system prompt take more than the
+# test checkpoint's 128 tokens.
+long="$work/qwen2-long"
+mkdir "$long"
+for f in "$checkpoint"/*; do
+	[ "$(basename "$f")" = config.json ] || ln -s "$f" "$long/"
+done
+"$venv/bin/python" -c 'import json,sys; c=json.load(open(sys.argv[1])); c["max_position_embeddings"]=1024; json.dump(c, open(sys.argv[2], "w"))' \
+	"$checkpoint/config.json" "$long/config.json"
+
 "$work/tensorbridge" serve --backend "$backend" --cache-dir off --http 127.0.0.1:0 --grpc off \
-	--max-sequences 4 "$checkpoint" 2>"$work/serve.log" &
+	--max-sequences 4 "$checkpoint" "$long" 2>"$work/serve.log" &
 pid=$!
 e2e_wait_ready http
 http="$(e2e_addr http)"

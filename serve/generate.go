@@ -34,6 +34,10 @@ type GeneratorSource struct {
 	// sentence-transformers configuration, else the last token's
 	// (llm.ResolvePooling).
 	Pooling llm.Pooling
+	// MaxChoices is the most choices (OpenAI's n) a request may ask for:
+	// 0 or more than llm.MaxChoices is llm.MaxChoices; the engine's
+	// sequences bound it too (openai_choices.go).
+	MaxChoices int
 }
 
 // IsCheckpointDir reports whether path is a directory holding a Hugging
@@ -58,6 +62,9 @@ type generator struct {
 	waiting atomic.Int64 // sequences accepted, before their first token
 	slots   int
 	emb     embedState // /v1/embeddings (openai_embed.go)
+	maxN    int        // GeneratorSource.MaxChoices
+
+	format formatState // response_format (openai_format.go)
 }
 
 // loadGenerator reads the tokenizer and places the weights on device 0.
@@ -81,6 +88,7 @@ func loadGenerator(ctx context.Context, b *tensorbridge.Backend, src GeneratorSo
 		context: m.MaxContext(), created: time.Now().Unix()}
 	g.opts.NewDetokenizer = func() llm.Detokenizer { return tok.NewDecoder(true) }
 	g.emb.pooling = pool
+	g.maxN = src.MaxChoices
 	return g, nil
 }
 

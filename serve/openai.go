@@ -17,6 +17,7 @@ import (
 	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/internal/oip"
 	"github.com/tensorbridge/tensorbridge/llm"
+	"github.com/tensorbridge/tensorbridge/llm/grammar"
 	"github.com/tensorbridge/tensorbridge/llm/tokenizer"
 )
 
@@ -42,7 +43,10 @@ func (s *Server) registerGenerate(mux *http.ServeMux) {
 
 // genJSONLimits bound a generation request's JSON shape before it is
 // decoded (a chat has one object per message and per content part).
-var genJSONLimits = oip.JSONLimits{Depth: 8, Objects: 4096, Keys: 16384}
+// Its depth leaves room for a response_format schema nested as deep as
+// llm/grammar takes (two JSON levels per subschema), so that a deeper one
+// is refused naming the schema's limit.
+var genJSONLimits = oip.JSONLimits{Depth: 8 + 2*grammar.MaxSchemaDepth + 8, Objects: 4096, Keys: 16384}
 
 // genBytesPerToken bounds a generation body by the longest context
 // served: a prompt that fills the context takes a few bytes per token
@@ -157,12 +161,19 @@ type oaiRequest struct {
 	BestOf      *int64          `json:"best_of"`
 	sampling
 	oaiExtras
+	oaiFormat
+	oaiTools
 }
 
 // chatMessage is one message; content is a string or a list of text parts.
 type chatMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
+	// Tool calling (openai_tools.go): an assistant's tool_calls, a tool
+	// result's tool_call_id, and a name.
+	Name       string          `json:"name"`
+	ToolCalls  json.RawMessage `json:"tool_calls"`
+	ToolCallID string          `json:"tool_call_id"`
 }
 
 // text returns the message's content as one string.
@@ -195,6 +206,9 @@ func (q *oaiRequest) promptIDs(g *generator, chat bool) ([]int, error) {
 	if chat {
 		if len(q.Messages) == 0 {
 			return nil, paramErr("messages", "messages is required and must not be empty")
+		}
+		if ids, ok, err := q.toolPromptIDs(g); ok {
+			return ids, err
 		}
 		msgs := make([]tokenizer.Message, len(q.Messages))
 		for i, m := range q.Messages {
@@ -233,9 +247,6 @@ func (q *oaiRequest) promptIDs(g *generator, chat bool) ([]int, error) {
 
 // checkUnsupported refuses what the server does not do, naming it.
 func (q *oaiRequest) checkUnsupported(chat bool) error {
-	if q.N != nil && *q.N != 1 {
-		return paramErr("n", "only n=1 is supported, got %d", *q.N)
-	}
 	if q.BestOf != nil && *q.BestOf != 1 {
 		return paramErr("best_of", "only best_of=1 is supported, got %d", *q.BestOf)
 	}
@@ -301,6 +312,14 @@ func (s *Server) oaiGenerate(w http.ResponseWriter, r *http.Request, chat bool) 
 		fail(err)
 		return
 	}
+	if err := q.readTools(g, chat); err != nil {
+		fail(err)
+		return
+	}
+	if q.plan.active() && lp.on && q.Stream {
+		fail(paramErr("logprobs", "logprobs are not streamed with tools (the answer is held until it ends); ask without stream"))
+		return
+	}
 	ids, err := q.promptIDs(g, chat)
 	if err != nil {
 		fail(err)
@@ -318,21 +337,35 @@ func (s *Server) oaiGenerate(w http.ResponseWriter, r *http.Request, chat bool) 
 	if err == nil {
 		err = q.applyExtras(g, &req)
 	}
+	if err == nil {
+		err = q.applyFormat(g, &req)
+	}
+	if err == nil {
+		err = q.applyTools(g, &req)
+	}
 	if err != nil {
 		fail(err)
 		return
 	}
 	req.TopLogprobs, req.PromptLogprobs = lp.top, lp.echo && lp.on
+	n, err := q.choices(g, lp)
+	if err != nil {
+		fail(err)
+		return
+	}
 	res.done() // the body is no longer held
 	o := &oaiOut{s: s, g: g, w: w, rc: http.NewResponseController(w), chat: chat, lp: lp, includeUsage: includeUsage,
 		id: newID(map[bool]string{false: "cmpl-", true: "chatcmpl-"}[chat]), created: time.Now().Unix()}
+	o.tools = q.plan
 	if lp.echo {
 		o.echo, o.prompt = q.echoText(g, ids), ids
 	}
 	_ = o.rc.SetWriteDeadline(time.Time{}) // set per write instead: generation outlasts the server's write timeout
 	defer o.cutWritesAtDrain()()
 	var st genStats
-	if q.Stream {
+	if n > 1 {
+		st, err = o.runChoices(r.Context(), req, n, q.Stream)
+	} else if q.Stream {
 		st, err = s.runGeneration(r.Context(), g, req, o.streamEvent)
 		if err == nil {
 			o.streamEnd(st)
@@ -366,6 +399,9 @@ type oaiOut struct {
 	// includeUsage: stream_options.include_usage (a last chunk with the
 	// usage, "usage": null on the others).
 	includeUsage bool
+	index        int       // the choice's index (openai_choices.go)
+	tools        *toolPlan // tools and tool_choice (openai_tools.go); nil: none
+	parent       *oaiOut   // a choice's writer: the request's oaiOut
 	id           string
 	created      int64
 	started      bool // stream headers written
@@ -402,7 +438,7 @@ func (o *oaiOut) logprobsJSON(es []lpEntry) any {
 
 // choice is one choice of a chunk or a whole answer.
 func (o *oaiOut) choice(text string, es []lpEntry, finish string, whole bool) map[string]any {
-	c := map[string]any{"index": 0, "logprobs": o.logprobsJSON(es), "finish_reason": nil}
+	c := map[string]any{"index": o.index, "logprobs": o.logprobsJSON(es), "finish_reason": nil}
 	if finish != "" {
 		c["finish_reason"] = finish
 	}
@@ -411,6 +447,7 @@ func (o *oaiOut) choice(text string, es []lpEntry, finish string, whole bool) ma
 		c["text"] = text
 	case whole:
 		c["message"] = map[string]any{"role": "assistant", "content": text}
+		o.toolMessage(c, text)
 	default:
 		d := map[string]any{"content": text}
 		if !o.roleSent {
@@ -425,6 +462,9 @@ func (o *oaiOut) choice(text string, es []lpEntry, finish string, whole bool) ma
 // sse writes one server-sent event and flushes it, within the write
 // timeout.
 func (o *oaiOut) sse(data []byte) error {
+	if o.parent != nil { // one choice of n (openai_choices.go)
+		return o.parent.sse(data)
+	}
 	if !o.started {
 		h := o.w.Header()
 		h.Set("Content-Type", "text/event-stream")
@@ -479,6 +519,9 @@ func (o *oaiOut) streamEvent(ev genEvent) error {
 		b, _ := json.Marshal(map[string]oaiError{"error": e})
 		return o.sse(b)
 	}
+	if o.tools.active() {
+		return o.toolStreamEvent(ev)
+	}
 	es := genEntries(ev.ids, ev.logprob, ev.top)
 	text := ev.text
 	if o.lp.echo && !o.echoSent && ev.ids != nil {
@@ -521,15 +564,30 @@ func (o *oaiOut) collect(ev genEvent) error {
 	return nil
 }
 
-func (o *oaiOut) writeWhole(st genStats) {
-	if o.err != nil {
-		writeOAIError(o.w, &errs.Error{Kind: errs.Internal, Op: "generate", Err: o.err})
-		return
+func (o *oaiOut) writeWhole(st genStats) { o.writeChoices([]*oaiOut{o}, st) }
+
+// writeChoices writes the whole answer of choices (one oaiOut each, o's
+// own when n = 1), or the first one's error.
+func (o *oaiOut) writeChoices(choices []*oaiOut, st genStats) {
+	list := make([]any, len(choices))
+	for i, c := range choices {
+		if c.err != nil {
+			writeOAIError(o.w, &errs.Error{Kind: errs.Internal, Op: "generate", Err: c.err})
+			return
+		}
+		list[i] = c.wholeChoice()
 	}
 	object := "text_completion"
 	if o.chat {
 		object = "chat.completion"
 	}
+	_ = o.rc.SetWriteDeadline(o.writeDeadline())
+	writeJSON(o.w, http.StatusOK, map[string]any{"id": o.id, "object": object, "created": o.created, "model": o.g.name,
+		"choices": list, "usage": st.usage()})
+}
+
+// wholeChoice is the collected answer as a choice of a whole response.
+func (o *oaiOut) wholeChoice() map[string]any {
 	es := genEntries(o.tokens, o.lps, o.tops)
 	text := o.text.String()
 	if o.lp.echo {
@@ -538,9 +596,7 @@ func (o *oaiOut) writeWhole(st genStats) {
 			es = append(promptEntries(o.prompt, o.promptL), es...)
 		}
 	}
-	_ = o.rc.SetWriteDeadline(o.writeDeadline())
-	writeJSON(o.w, http.StatusOK, map[string]any{"id": o.id, "object": object, "created": o.created, "model": o.g.name,
-		"choices": []any{o.choice(text, es, o.finish, true)}, "usage": st.usage()})
+	return o.choice(text, es, o.finish, true)
 }
 
 // oipGenerateRequest is KServe's generate request: text_input and

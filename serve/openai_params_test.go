@@ -186,7 +186,8 @@ func TestOpenAIStreamUsage(t *testing.T) {
 
 // TestOpenAIPenaltyBadRequests: out-of-range penalties and token
 // controls, and hostile sizes (n = 10^9, top_logprobs = 10^6, a million
-// logit_bias entries, 200,000 stop_token_ids), are 400s with OpenAI's
+// logit_bias entries, 200,000 stop_token_ids, schemas nested 70 and 100
+// deep; a 10 MB schema is over the body limit: a 413), are 400s with OpenAI's
 // error object naming the field, never a 500.
 func TestOpenAIPenaltyBadRequests(t *testing.T) {
 	f := loadLLMFixture(t, "qwen2")
@@ -220,6 +221,11 @@ func TestOpenAIPenaltyBadRequests(t *testing.T) {
 		// 20,000 keys: refused by the JSON shape limits before decoding
 		// (a million are over the body limit: a 413, below).
 		{"logit_bias 20000 entries", `"logit_bias":{` + huge(20000, func(i int) string { return fmt.Sprintf(`"%d":1`, i) }) + `}`, "", "keys"},
+		// Structured output (openai_format_test.go has the rest).
+		{"schema nested 100 deep", `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":` +
+			strings.Repeat(`{"type":"array","items":`, 100) + `true` + strings.Repeat(`}`, 100) + `}}`, "", "nested"},
+		{"schema nested 70 deep", `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":` +
+			strings.Repeat(`{"type":"array","items":`, 70) + `true` + strings.Repeat(`}`, 70) + `}}`, "response_format", "64"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -232,6 +238,13 @@ func TestOpenAIPenaltyBadRequests(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a 10 MB schema", func(t *testing.T) {
+		body := fmt.Sprintf(`{"model":%q,"prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"enum":[%s]}}}}`,
+			gs.name, huge(1<<20, func(int) string { return `"abcdefgh"` }))
+		if e := oaiErrorBody(t, postJSON(t, gs.url+"/v1/completions", body), http.StatusRequestEntityTooLarge); !strings.Contains(e.Message, "bytes") {
+			t.Errorf("413 without the limit: %+v", e)
+		}
+	})
 	t.Run("logit_bias 10^6 entries", func(t *testing.T) {
 		body := fmt.Sprintf(`{"model":%q,"prompt":"x","logit_bias":{%s}}`, gs.name, huge(1000000, func(i int) string { return fmt.Sprintf(`"%d":1`, i) }))
 		if e := oaiErrorBody(t, postJSON(t, gs.url+"/v1/completions", body), http.StatusRequestEntityTooLarge); !strings.Contains(e.Message, "bytes") {

@@ -370,7 +370,7 @@ func TestOpenAIBadRequests(t *testing.T) {
 		{"max_completion_tokens past the context", "/v1/chat/completions", `{"model":"qwen2","messages":[{"role":"user","content":"x"}],"max_completion_tokens":1000}`, 400, "max_completion_tokens", "maximum context length"},
 		{"prompt longer than the context", "/v1/completions", fmt.Sprintf(`{"model":"qwen2","prompt":%q}`, long), 400, "prompt", "maximum context length"},
 		{"bad JSON", "/v1/completions", `{"model":"qwen2","prompt":`, 400, "", "malformed JSON"},
-		{"n=2", "/v1/completions", `{"model":"qwen2","prompt":"x","n":2}`, 400, "n", "n=1"},
+		{"n=17", "/v1/completions", `{"model":"qwen2","prompt":"x","n":17}`, 400, "n", "[1, 4]"},
 		{"stop not strings", "/v1/completions", `{"model":"qwen2","prompt":"x","stop":[1]}`, 400, "stop", "stop"},
 		{"negative temperature", "/v1/completions", `{"model":"qwen2","prompt":"x","temperature":-1}`, 400, "temperature", "temperature"},
 		{"top_p zero", "/v1/completions", `{"model":"qwen2","prompt":"x","top_p":0}`, 400, "top_p", "top_p"},
@@ -378,7 +378,7 @@ func TestOpenAIBadRequests(t *testing.T) {
 		{"no messages", "/v1/chat/completions", `{"model":"qwen2","messages":[]}`, 400, "messages", "messages"},
 		{"token id outside the vocabulary", "/v1/completions", `{"model":"qwen2","prompt":[5,99999]}`, 400, "", "vocabulary"},
 		{"logprobs over 20", "/v1/completions", `{"model":"qwen2","prompt":"x","logprobs":21}`, 400, "logprobs", "[0, 20]"},
-		{"deep JSON", "/v1/completions", `{"model":"qwen2","prompt":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`, 400, "", "malformed JSON"},
+		{"deep JSON", "/v1/completions", `{"model":"qwen2","prompt":` + strings.Repeat("[", 200) + strings.Repeat("]", 200) + `}`, 400, "", "malformed JSON"},
 		{"body over the limit", "/v1/completions", `{"model":"qwen2","prompt":"` + strings.Repeat("a", 70<<10) + `"}`, 413, "", "bytes"},
 	}
 	for _, c := range cases {

@@ -60,6 +60,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	kvBytes := fs.Int64("kv-cache-bytes", 0, "checkpoint directories: KV cache size in bytes (default: 512 MiB on CPU backends, else what the memory budget leaves after the weights)")
 	quantize := fs.String("quantize", "none", "checkpoint directories: none, or int8: the layers' linear projections as int8 with a float32 scale per output channel")
 	maxSeqs := fs.Int("max-sequences", 0, "checkpoint directories: sequences generated at once, each holding one KV-cache slot (default 16)")
+	prefillChunk := fs.Int("prefill-chunk", 0, "checkpoint directories: prefill prompts in chunks of N tokens between running decode steps, so a long prompt does not stall them (0: each prompt whole)")
+	prefixCache := fs.Bool("prefix-cache", false, "checkpoint directories, with --prefill-chunk: reuse the KV cache of earlier prompts' leading chunks for later prompts with the same tokens (answers bitwise unchanged)")
+	maxN := fs.Int("max-n", 0, "checkpoint directories: the most choices (OpenAI's n) one request may ask for, at most 16 and the --max-sequences (default 16)")
 	pooling := fs.String("pooling", "", "checkpoint directories: /v1/embeddings pooling, last, mean or cls (default: the checkpoint's sentence-transformers config, else last)")
 	var adapters adapterFlags
 	fs.Var(&adapters, "adapter", "checkpoint directory: serve the LoRA adapter in PATH (PEFT's files) as model NAME=PATH beside the base model (repeatable; the OpenAI \"model\" field picks it)")
@@ -161,8 +164,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				return err
 			}
 			gens = append(gens, serve.GeneratorSource{Dir: p,
-				Load:   llm.LoadOptions{Precision: config.Precision(sf.precision), MaxContext: *maxContext, Mesh: mesh, Quantize: quant, Adapters: adapters},
-				Engine: llm.EngineOptions{KVCacheBytes: *kvBytes, MaxSequences: *maxSeqs, MaxQueue: *queueSize}, Pooling: pool})
+				Load: llm.LoadOptions{Precision: config.Precision(sf.precision), MaxContext: *maxContext, Mesh: mesh, Quantize: quant, Adapters: adapters},
+				Engine: llm.EngineOptions{KVCacheBytes: *kvBytes, MaxSequences: *maxSeqs, MaxQueue: *queueSize,
+					PrefillChunk: *prefillChunk, PrefixCache: *prefixCache}, Pooling: pool, MaxChoices: *maxN})
 			continue
 		}
 		mesh, err := mf.resolve(ctx, b, p)

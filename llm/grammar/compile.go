@@ -195,7 +195,7 @@ func pointer(path, key string) string {
 
 // schema compiles one subschema.
 func (c *compiler) schema(v any, path string, depth int) (int32, error) {
-	if depth > MaxSchemaDepth {
+	if depth >= MaxSchemaDepth {
 		return 0, invalid(path, "", "schema nested deeper than %d levels", MaxSchemaDepth)
 	}
 	switch t := v.(type) {
