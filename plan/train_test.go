@@ -214,10 +214,17 @@ func TestPlanLlamaTrain(t *testing.T) {
 	if !r.Fits || d.AliasBytes < want {
 		t.Errorf("fsdp v5e-32: fits %v (%s), aliased %d bytes, want the %d of weights and state", r.Fits, r.FitReason, d.AliasBytes, want)
 	}
-	// FLOPs: at least forward 2 + backward 4 per parameter and token
-	// (measured 1.10e15, 1.67 x that floor).
-	if r.Flops < 6*float64(params)*32*512*0.9 {
-		t.Errorf("fsdp v5e-32: %.4g FLOPs, want at least about 6 x params x tokens = %.4g", r.Flops, 6*float64(params)*32*512)
+	// FLOPs: forward 2 + backward 4 per parameter and token is the work;
+	// the compiler's count of this partitioned program is below it
+	// (measured 4.72e14 = 0.71 x 6PT since gradients of products are
+	// products, train/dotvjp.go; 1.10e15 before, when they were broadcasts
+	// and sums), while the one-device MLP step counts 6PT (674,871 FLOPs
+	// for 665,088): the shortfall is suspected to be XLA's cost analysis
+	// counting the body of SPMD's looped (windowed) matrix products once.
+	// The floor, 0.6 x 6PT, still fails when the backward pass is missing
+	// (2PT).
+	if r.Flops < 0.6*6*float64(params)*32*512 {
+		t.Errorf("fsdp v5e-32: %.4g FLOPs, want at least 0.6 x 6 x params x tokens = %.4g", r.Flops, 0.6*6*float64(params)*32*512)
 	}
 }
 
