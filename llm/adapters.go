@@ -22,6 +22,16 @@ import (
 	"github.com/tensorbridge/tensorbridge/llm/peft"
 )
 
+// PEFTModules lists the decoder's projections as package peft matches
+// and checks adapters against them.
+func (c *Config) PEFTModules() []peft.Module {
+	var out []peft.Module
+	for _, m := range c.Modules() {
+		out = append(out, peft.Module{Name: m.Name, In: m.In, Out: m.Out})
+	}
+	return out
+}
+
 // AdapterSource is a LoRA adapter directory (adapter_config.json and
 // adapter_model.safetensors, as PEFT writes them) served under Name.
 type AdapterSource struct {
@@ -68,10 +78,9 @@ func (m *Model) adapterIndex(name string) (int, error) {
 // readAdapters reads srcs against c's projections and returns the layout
 // and the host stacks, in weight order.
 func readAdapters(c *Config, dt ir.DType, srcs []AdapterSource) (*adapterLayout, []*ir.Tensor, error) {
-	var mods []peft.Module
+	mods := c.PEFTModules()
 	byName := map[string]Module{}
 	for _, m := range c.Modules() {
-		mods = append(mods, peft.Module{Name: m.Name, In: m.In, Out: m.Out})
 		byName[m.Name] = m
 	}
 	lay := &adapterLayout{}

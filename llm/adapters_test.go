@@ -96,11 +96,7 @@ func mergedGreedy(t *testing.T, dir, adapter string, ref *reference) [][]int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mods []peft.Module
-	for _, m := range c.Modules() {
-		mods = append(mods, peft.Module{Name: m.Name, In: m.In, Out: m.Out})
-	}
-	ad, err := peft.Read(adapter, mods)
+	ad, err := peft.Read(adapter, c.PEFTModules())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,11 +90,7 @@ func saveMerged(dir, adapter, dst string) error {
 	if err != nil {
 		return err
 	}
-	var mods []peft.Module
-	for _, m := range c.Modules() {
-		mods = append(mods, peft.Module{Name: m.Name, In: m.In, Out: m.Out})
-	}
-	ad, err := peft.Read(adapter, mods)
+	ad, err := peft.Read(adapter, c.PEFTModules())
 	if err != nil {
 		return err
 	}

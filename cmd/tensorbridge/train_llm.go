@@ -247,15 +247,6 @@ func trainLLM(ctx context.Context, dir string, f *trainFlags, cfg train.Config, 
 	return loop.run(ctx)
 }
 
-// peftModules lists the model's projections as package peft takes them.
-func peftModules(c *llm.Config) []peft.Module {
-	var out []peft.Module
-	for _, m := range c.Modules() {
-		out = append(out, peft.Module{Name: m.Name, In: m.In, Out: m.Out})
-	}
-	return out
-}
-
 // adapter is the LoRA adapter the run starts from: --lora-init's, a new
 // one for --lora (A Kaiming-uniform seeded by --seed, B zero), or nil for
 // --full.
@@ -266,7 +257,7 @@ func (f *llmTrainFlags) adapter(m *llm.Model) (*peft.Adapter, *llm.LoRA, error) 
 	case f.full:
 		return nil, nil, nil
 	case f.loraInit != "":
-		if ad, err = peft.Read(f.loraInit, peftModules(m.Config)); err != nil {
+		if ad, err = peft.Read(f.loraInit, m.Config.PEFTModules()); err != nil {
 			return nil, nil, &exitError{code: 2, err: fmt.Errorf("--lora-init: %w", err)}
 		}
 	default:
@@ -276,7 +267,7 @@ func (f *llmTrainFlags) adapter(m *llm.Model) (*peft.Adapter, *llm.LoRA, error) 
 		}
 		cfg := &peft.Config{PeftType: "LORA", TaskType: "CAUSAL_LM", BaseModel: m.Dir, R: sp.r, Alpha: sp.alpha,
 			Dropout: sp.dropout, TargetModules: peft.Targets{List: sp.targets}}
-		if ad, err = peft.Init(cfg, peftModules(m.Config), uint64(f.seed)); err != nil {
+		if ad, err = peft.Init(cfg, m.Config.PEFTModules(), uint64(f.seed)); err != nil {
 			return nil, nil, &exitError{code: 2, err: fmt.Errorf("--lora: %w", err)}
 		}
 	}

@@ -215,7 +215,7 @@ func peftModulesOf(t *testing.T, dir string) []peft.Module {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return peftModules(c)
+	return c.PEFTModules()
 }
 
 // checkLogits loads the checkpoint in dir and compares its logits of ids
