@@ -104,6 +104,12 @@ type FineTune struct {
 	// A full fine-tune's trained and frozen tensors: indices into the
 	// model's weights (weightSpecs order).
 	trainedIdx, frozenIdx []int
+	// Remat recomputes each decoder layer's activations in the backward
+	// pass instead of keeping them (gradient checkpointing, llm/remat.go):
+	// the layers' inputs plus one layer's working set are held instead of
+	// every layer's, for about one more forward pass. Same loss and
+	// gradients. Set it before the Trainer is made.
+	Remat bool
 }
 
 // NewFineTune prepares m for training: lora's modules (validated against
@@ -349,17 +355,20 @@ func (f *FineTune) TrainLoss(g *ir.Graph, trained, constants []*ir.Node, batch m
 			w.lora[loraKey(lm.layer, lm.slot)] = [2]*Node{trained[2*i], trained[2*i+1]}
 		}
 	}
+	if f.Remat && training {
+		w.remat = map[*Node]bool{}
+		for _, n := range trained {
+			w.remat[n] = true
+		}
+	}
 	tokens, labels := batch[InputIDs], batch[Labels]
 	dims := tokens.Shape().Dimensions
 	b, t := dims[0], dims[1]
 	pos := Iota(g, ir.MakeShape(ir.Int32, b, t), 1)
 	hidden, _, _ := step(c, w, tokens, pos, nil)
-	logp := LogSoftmax(logits(w, hidden), -1) // [B*T, V]
 	lab := Reshape(labels, b*t)
 	valid := GreaterOrEqual(lab, ConstAsDType(g, ir.Int32, 0))
-	safe := Where(valid, lab, ZerosLike(lab))
-	idx := Concatenate([]*Node{Iota(g, ir.MakeShape(ir.Int32, b*t, 1), 0), Reshape(safe, b*t, 1)}, 1)
-	picked := Gather(logp, idx) // [B*T]
+	picked := w.labelLogProbs(hidden, Where(valid, lab, ZerosLike(lab))) // [B*T]
 	mask := ConvertDType(valid, ir.Float32)
 	count := ReduceAllSum(mask)
 	sum := ReduceAllSum(Mul(Reshape(picked, b*t), mask))

@@ -25,6 +25,9 @@ type netWeights struct {
 	lora      map[int][2]*Node
 	loraScale float64
 	drop      *loraDropout // LoRA dropout in training (finetune.go); nil without
+	// remat: the trained nodes when the layers are rematerialised in
+	// training (remat.go); nil otherwise.
+	remat map[*Node]bool
 	// rowLoRA: served adapters (adapters.go), stacked A and B by loraKey;
 	// table: each cache slot's adapter; rowIdx [B]: each row's, set by
 	// step from its slots (nil without a cache: the base model).
@@ -187,8 +190,7 @@ type cacheIO struct {
 func step(c *Config, w netWeights, tokens, positions *Node, cache *cacheIO) (hidden, newK, newV *Node) {
 	g := tokens.Graph()
 	b, t := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
-	hq, hkv, d := c.Heads, c.KVHeads, c.HeadDim
-	grp := hq / hkv
+	hkv, d := c.KVHeads, c.HeadDim
 	x := Gather(w.embed(), Reshape(tokens, b*t, 1))
 	if w.table != nil && cache != nil {
 		w.rowIdx = Reshape(Gather(w.table, Reshape(cache.slots, b, 1)), b)
@@ -213,44 +215,31 @@ func step(c *Config, w netWeights, tokens, positions *Node, cache *cacheIO) (hid
 		cachedPos = Where(LessThan(iota, BroadcastToDims(positions, b, mc)), iota, BroadcastToDims(ConstAsDType(g, ir.Int32, noKey), b, mc))
 	}
 	var ks, vs []*Node
-	for l := range c.Layers {
-		h := rmsNorm(x, w.layer(l, wInNorm), c.RMSEps)
-		var qb, kb, vb *Node
-		if c.QKVBias {
-			qb, kb, vb = w.layer(l, wQBias), w.layer(l, wQBias+1), w.layer(l, wQBias+2)
-		}
-		q := Reshape(w.proj(l, wQ, h, qb), b, t, hq, d)
-		k := Reshape(w.proj(l, wK, h, kb), b, t, hkv, d)
-		v := Reshape(w.proj(l, wV, h, vb), b, t, hkv, d)
-		if c.QKNorm {
-			qn, kn := w.qkNorm(l)
-			q = rmsNorm(q, qn, c.RMSEps)
-			k = rmsNorm(k, kn, c.RMSEps)
-		}
-		q = rope(q, w.cos, w.sin, positions)
-		k = rope(k, w.cos, w.sin, positions)
+	// attend is layer l's attention of its queries to its keys and values
+	// and, with a cache, the cached ones.
+	attend := func(l int, q5, k, v *Node) *Node {
 		ks, vs = append(ks, k), append(vs, v)
-		q5 := Reshape(q, b, t, hkv, grp, d)
-		var att *Node
-		if inPlace {
+		switch {
+		case inPlace:
 			kc, vc = writeLayer(cache, kc, k, l, positions), writeLayer(cache, vc, v, l, positions)
-			att = attention(c, q5, readLayer(kc, cache.slots, l, cache.ctx), readLayer(vc, cache.slots, l, cache.ctx), positions, cachedPos)
-		} else if cachedK == nil {
-			att = attention(c, q5, k, v, positions, Iota(g, ir.MakeShape(ir.Int32, b, t), 1))
-		} else {
-			layerOf := func(x *Node) *Node {
-				s := x.Shape().Dimensions[1]
-				return Reshape(Slice(x, AxisRange(), AxisRange(), AxisRange(l, l+1)), b, s, hkv, d)
-			}
-			keys := Concatenate([]*Node{layerOf(cachedK), k}, 1)
-			vals := Concatenate([]*Node{layerOf(cachedV), v}, 1)
-			att = attention(c, q5, keys, vals, positions, Concatenate([]*Node{cachedPos, positions}, 1))
+			return attention(c, q5, readLayer(kc, cache.slots, l, cache.ctx), readLayer(vc, cache.slots, l, cache.ctx), positions, cachedPos)
+		case cachedK == nil:
+			return attention(c, q5, k, v, positions, Iota(g, ir.MakeShape(ir.Int32, b, t), 1))
 		}
-		x = Add(x, w.proj(l, wO, att, nil))
-		h = rmsNorm(x, w.layer(l, wPostNorm), c.RMSEps)
-		gate := w.proj(l, wGate, h, nil)
-		up := w.proj(l, wUp, h, nil)
-		x = Add(x, w.proj(l, wDown, Mul(Mul(gate, Sigmoid(gate)), up), nil))
+		layerOf := func(x *Node) *Node {
+			s := x.Shape().Dimensions[1]
+			return Reshape(Slice(x, AxisRange(), AxisRange(), AxisRange(l, l+1)), b, s, hkv, d)
+		}
+		keys := Concatenate([]*Node{layerOf(cachedK), k}, 1)
+		vals := Concatenate([]*Node{layerOf(cachedV), v}, 1)
+		return attention(c, q5, keys, vals, positions, Concatenate([]*Node{cachedPos, positions}, 1))
+	}
+	for l := range c.Layers {
+		if w.remat != nil && cache == nil {
+			x = w.rematLayer(l, x, func(w netWeights, x *Node) *Node { return layer(c, w, l, x, positions, attend) })
+			continue
+		}
+		x = layer(c, w, l, x, positions, attend)
 	}
 	hidden = rmsNorm(x, w.norm(), c.RMSEps)
 	if cache == nil {
@@ -261,6 +250,34 @@ func step(c *Config, w netWeights, tokens, positions *Node, cache *cacheIO) (hid
 	}
 	kAll, vAll := Stack(ks, 2), Stack(vs, 2) // [B, T, L, Hkv, D]
 	return hidden, writeCache(cache, cache.k, kAll, positions), writeCache(cache, cache.v, vAll, positions)
+}
+
+// layer is decoder layer l on x [B*T, H] at positions [B, T]: attention
+// (through attend, which knows the cache) and the MLP, each residual.
+func layer(c *Config, w netWeights, l int, x, positions *Node, attend func(l int, q5, k, v *Node) *Node) *Node {
+	b, t := positions.Shape().Dimensions[0], positions.Shape().Dimensions[1]
+	hq, hkv, d := c.Heads, c.KVHeads, c.HeadDim
+	h := rmsNorm(x, w.layer(l, wInNorm), c.RMSEps)
+	var qb, kb, vb *Node
+	if c.QKVBias {
+		qb, kb, vb = w.layer(l, wQBias), w.layer(l, wQBias+1), w.layer(l, wQBias+2)
+	}
+	q := Reshape(w.proj(l, wQ, h, qb), b, t, hq, d)
+	k := Reshape(w.proj(l, wK, h, kb), b, t, hkv, d)
+	v := Reshape(w.proj(l, wV, h, vb), b, t, hkv, d)
+	if c.QKNorm {
+		qn, kn := w.qkNorm(l)
+		q = rmsNorm(q, qn, c.RMSEps)
+		k = rmsNorm(k, kn, c.RMSEps)
+	}
+	q = rope(q, w.cos, w.sin, positions)
+	k = rope(k, w.cos, w.sin, positions)
+	att := attend(l, Reshape(q, b, t, hkv, hq/hkv, d), k, v)
+	x = Add(x, w.proj(l, wO, att, nil))
+	h = rmsNorm(x, w.layer(l, wPostNorm), c.RMSEps)
+	gate := w.proj(l, wGate, h, nil)
+	up := w.proj(l, wUp, h, nil)
+	return Add(x, w.proj(l, wDown, Mul(Mul(gate, Sigmoid(gate)), up), nil))
 }
 
 // writeCache stores block [B, T, L, Hkv, D] into cache at each row's slot

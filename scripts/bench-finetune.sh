@@ -17,7 +17,8 @@
 #
 #   scripts/bench-finetune.sh [STEPS] [THREADS]   (default 10 steps, 2 threads)
 #   env: BATCH (4), SEQ (256), ROUNDS (2), BACKENDS ("xla-cpu cpu"),
-#        FULL=1 (also a full fine-tune, --full, one round), LOGS=DIR (keep
+#        FULL=1 (also a full fine-tune, --full, one round), REMAT=1 (each
+#        LoRA run again with --remat, gradient checkpointing), LOGS=DIR (keep
 #        each run's per-step log there)
 #
 # Needs ~/.cache/tensorbridge/llm-bench/llama-100m (scripts/bench-llm.py
@@ -97,6 +98,7 @@ peer() {
 for round in $(seq "$ROUNDS"); do
 	for be in $BACKENDS; do
 		tb "$be" "tb-$be-lora" --lora "$LORA"
+		[[ ${REMAT:-0} != 1 ]] || tb "$be" "tb-$be-lora-remat" --lora "$LORA" --remat
 		[[ $be != "${BACKENDS%% *}" ]] || peer lora
 	done
 done

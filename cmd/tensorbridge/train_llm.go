@@ -35,6 +35,7 @@ type llmTrainFlags struct {
 	merge         bool
 	seed          int64
 	chatTemplate  string
+	remat         bool
 }
 
 func addLLMTrainFlags(fs *flag.FlagSet, f *llmTrainFlags) {
@@ -45,6 +46,7 @@ func addLLMTrainFlags(fs *flag.FlagSet, f *llmTrainFlags) {
 	fs.StringVar(&f.basePrecision, "base-precision", "float32", "checkpoint DIR with LoRA: the frozen base weights in float32, bfloat16 or int8")
 	fs.BoolVar(&f.merge, "merge", false, "checkpoint DIR with LoRA: --output is a whole checkpoint with the adapter merged into the weights")
 	fs.Int64Var(&f.seed, "seed", 0, "checkpoint DIR with LoRA: the seed of new adapters' A matrices and of the dropout masks")
+	fs.BoolVar(&f.remat, "remat", false, "checkpoint DIR: recompute each layer's activations in the backward pass (gradient checkpointing): less memory, about a third more compute; same losses")
 	fs.StringVar(&f.chatTemplate, "chat-template", "", `checkpoint DIR: render {"messages": ...} rows with this Jinja template FILE instead of the checkpoint's (as TRL's chat_template_path)`)
 }
 
@@ -225,6 +227,7 @@ func trainLLM(ctx context.Context, dir string, f *trainFlags, cfg train.Config, 
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	ft.Remat = f.llm.remat
 	ds.dropout = lora != nil && lora.Dropout > 0
 	cfg.Data = ds.Digest()
 	tr, err := b.NewTrainer(ctx, ft, cfg)

@@ -130,64 +130,82 @@ func finetuneFixture(t *testing.T, arch string) (string, *finetuneRefs) {
 // SaveCheckpoint, then llm.Load).
 func TestTrainLLMMatchesPEFT(t *testing.T) {
 	for _, arch := range []string{"llama", "mistral", "qwen2", "qwen3"} {
-		base, _ := llmFixture(t, arch)
-		fix, refs := finetuneFixture(t, arch)
+		for _, mode := range []string{"lora", "full"} {
+			for _, shape := range []string{"text", "prompt", "messages"} {
+				t.Run(arch+"/"+mode+"-"+shape, func(t *testing.T) { trainMatchesPEFT(t, arch, mode, shape) })
+			}
+		}
+	}
+}
+
+// TestTrainLLMRemat: with --remat (each layer recomputed in the backward
+// pass) the runs of TestTrainLLMMatchesPEFT on chat rows still give PEFT's
+// losses and logits, for every architecture, LoRA and full. The guard was
+// proved by injecting a fault: with the layer's LoRA B left out of the
+// recomputation's gradients (llm/remat.go) every LoRA row fails.
+func TestTrainLLMRemat(t *testing.T) {
+	for _, arch := range []string{"llama", "mistral", "qwen2", "qwen3"} {
+		for _, mode := range []string{"lora", "full"} {
+			t.Run(arch+"/"+mode, func(t *testing.T) { trainMatchesPEFT(t, arch, mode, "messages", "--remat") })
+		}
+	}
+}
+
+// trainMatchesPEFT runs train DIR as PEFT's reference run mode-shape of
+// the arch fixture did, with extra flags, and compares every step's loss
+// and the written model's logits with the reference's.
+func trainMatchesPEFT(t *testing.T, arch, mode, shape string, extra ...string) {
+	base, _ := llmFixture(t, arch)
+	fix, refs := finetuneFixture(t, arch)
+	name := mode + "-" + shape
+	ref, ok := refs.Runs[name]
+	if !ok {
+		t.Fatalf("refs.json has no run %q", name)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	logPath := filepath.Join(t.TempDir(), "log.jsonl")
+	args := []string{"train", base, "--data", filepath.Join("..", "..", "llm", "sft", "testdata", ref.Data),
+		"--seq-len", "64", "--batch", "2", "--steps", fmt.Sprint(len(ref.Losses)), "--lr", "1e-3", "--weight-decay", "0.01",
+		"--backend", testBackend(), "--log-json", logPath, "--output", out}
+	if mode == "lora" {
+		args = append(args, "--lora-init", filepath.Join(fix, ref.Init))
+	} else {
+		args = append(args, "--full")
+	}
+	if shape == "messages" {
 		tmpl := filepath.Join(t.TempDir(), "chatml.jinja")
 		if err := os.WriteFile(tmpl, []byte(refs.ChatTemplate), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		for _, mode := range []string{"lora", "full"} {
-			for _, shape := range []string{"text", "prompt", "messages"} {
-				name := mode + "-" + shape
-				t.Run(arch+"/"+name, func(t *testing.T) {
-					ref, ok := refs.Runs[name]
-					if !ok {
-						t.Fatalf("refs.json has no run %q", name)
-					}
-					out := filepath.Join(t.TempDir(), "out")
-					logPath := filepath.Join(t.TempDir(), "log.jsonl")
-					args := []string{"train", base, "--data", filepath.Join("..", "..", "llm", "sft", "testdata", ref.Data),
-						"--seq-len", "64", "--batch", "2", "--steps", fmt.Sprint(len(ref.Losses)), "--lr", "1e-3", "--weight-decay", "0.01",
-						"--backend", testBackend(), "--log-json", logPath, "--output", out}
-					if mode == "lora" {
-						args = append(args, "--lora-init", filepath.Join(fix, ref.Init))
-					} else {
-						args = append(args, "--full")
-					}
-					if shape == "messages" {
-						args = append(args, "--chat-template", tmpl)
-					}
-					if code, _, stderr := run(t, args...); code != 0 {
-						t.Fatalf("exit %d: %s", code, stderr)
-					}
-					got := readLog(t, logPath)
-					if len(got) != len(ref.Losses) {
-						t.Fatalf("%d logged steps, want %d", len(got), len(ref.Losses))
-					}
-					for i, want := range ref.Losses {
-						if got[i].Loss == nil {
-							t.Fatalf("step %d: no loss logged", i+1)
-						}
-						if d := math.Abs(*got[i].Loss-want) / math.Abs(want); d > 1e-5 {
-							t.Errorf("step %d: loss %.9g, PEFT %.9g (relative %.2g)", i+1, *got[i].Loss, want, d)
-						}
-					}
-					model := out
-					if mode == "lora" {
-						model = filepath.Join(t.TempDir(), "merged")
-						ad, err := peft.Read(out, peftModulesOf(t, base))
-						if err != nil {
-							t.Fatal(err)
-						}
-						if err := llm.SaveCheckpoint(context.Background(), base, model, nil, ad); err != nil {
-							t.Fatal(err)
-						}
-					}
-					checkLogits(t, model, ref.ProbeIDs, ref.ProbeLogits)
-				})
-			}
+		args = append(args, "--chat-template", tmpl)
+	}
+	if code, _, stderr := run(t, append(args, extra...)...); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	got := readLog(t, logPath)
+	if len(got) != len(ref.Losses) {
+		t.Fatalf("%d logged steps, want %d", len(got), len(ref.Losses))
+	}
+	for i, want := range ref.Losses {
+		if got[i].Loss == nil {
+			t.Fatalf("step %d: no loss logged", i+1)
+		}
+		if d := math.Abs(*got[i].Loss-want) / math.Abs(want); d > 1e-5 {
+			t.Errorf("step %d: loss %.9g, PEFT %.9g (relative %.2g)", i+1, *got[i].Loss, want, d)
 		}
 	}
+	model := out
+	if mode == "lora" {
+		model = filepath.Join(t.TempDir(), "merged")
+		ad, err := peft.Read(out, peftModulesOf(t, base))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := llm.SaveCheckpoint(context.Background(), base, model, nil, ad); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkLogits(t, model, ref.ProbeIDs, ref.ProbeLogits)
 }
 
 // TestMergeMatchesPEFT: the adapter PEFT saved, merged by train --merge's
@@ -284,8 +302,10 @@ func TestTrainLLMMesh(t *testing.T) {
 // TestTrainLLMDropout: LoRA dropout draws its masks from --seed and the
 // step's position: the same seed gives the same losses, another seed
 // others, dropout changes the loss of step 2 (taken with the masks),
-// and a run stopped at step 3 and resumed gives the uninterrupted run's
-// losses bitwise.
+// a run stopped at step 3 and resumed gives the uninterrupted run's
+// losses bitwise, and so does a run with --remat (the recomputed layers
+// draw the masks their forward pass drew; proved by recomputing from the
+// state the layer ended with: step 2 differs).
 func TestTrainLLMDropout(t *testing.T) {
 	base, _ := llmFixture(t, "llama")
 	_, refs := finetuneFixture(t, "llama")
@@ -326,6 +346,9 @@ func TestTrainLLMDropout(t *testing.T) {
 	rest := losses(t, 6, append(drop("1"), "--checkpoint-dir", ckpt, "--resume")...)
 	if got := append(first, rest...); !slices.Equal(got, a) {
 		t.Errorf("stopped at 3 and resumed: %v, uninterrupted %v", got, a)
+	}
+	if r := losses(t, 6, append(drop("1"), "--remat")...); !slices.Equal(r, a) {
+		t.Errorf("with --remat: %v, without %v", r, a)
 	}
 }
 
