@@ -23,10 +23,10 @@ echo "== go test (portable API on xla-cpu)"
 TENSORBRIDGE_TEST_BACKEND=xla-cpu CGO_ENABLED=0 go test -count=1 -timeout 20m "$@" .
 echo "== go test (LLM decode path, context buckets crossed, donation and adapters on xla-cpu)"
 TENSORBRIDGE_TEST_BACKEND=xla-cpu CGO_ENABLED=0 go test -count=1 -timeout 20m \
-	-run 'TestAgainstTransformers|TestContinuousBatching|TestSlowReaderDoesNotStallOthers|TestBuilderFieldFound|TestDonationWithoutBuilderField|TestServedAdapters|TestLoRADropout' "$@" ./llm ./ir
+	-run 'TestAgainstTransformers|TestContinuousBatching|TestSlowReaderDoesNotStallOthers|TestBuilderFieldFound|TestDonationWithoutBuilderField|TestServedAdapters|TestLoRADropout|TestRematLoss' "$@" ./llm ./ir
 echo "== go test (LLM fine-tuning against transformers + PEFT on xla-cpu)"
 TENSORBRIDGE_TEST_BACKEND=xla-cpu CGO_ENABLED=0 go test -count=1 -timeout 20m \
-	-run 'TestTrainLLMMatchesPEFT|TestMergeMatchesPEFT' "$@" ./cmd/tensorbridge
+	-run 'TestTrainLLMMatchesPEFT|TestMergeMatchesPEFT|TestTrainLLMRemat' "$@" ./cmd/tensorbridge
 echo "== go test -race (runtime concurrency: root, cache, pjrt, internal/capi, cpu engine)"
 # The race detector needs cgo; the code under test does not. The root's
 # model-level tests are slow under the detector, so it runs the ones about
