@@ -24,7 +24,8 @@ import (
 // replicated, and each weight with its optimizer state stored as the
 // strategy says (planStorage): replicated (dp), split over the data axis
 // (fsdp), or split over the model axis as shard.Weight splits it for
-// inference (tp). The program's semantics are the global batch's and the
+// inference (tp; a Trainable's own plans where it has them, its constants
+// split likewise, TrainSplitter). The program's semantics are the global batch's and the
 // whole weights', so the loss is the mean over all data shards and the
 // partitioner inserts the collectives (the gradients' all-reduce, tp's
 // partial-sum reductions, fsdp's gathers and reduce-scatters); each device
@@ -42,8 +43,14 @@ type trainMesh struct {
 	// N devices.
 	replicas [][]*ir.Tensor
 	execs    map[string]*meshExec
-	// consts[d-1] are device d's copies of a Trainable's constants.
-	consts [][]*ir.Tensor
+	// consts[d-1] are device d's copies (or tp parts) of a Trainable's
+	// constants; constZero[i] is device 0's part of constant i where it
+	// is split (tp), nil where device 0 reads the Trainable's own tensor.
+	consts    [][]*ir.Tensor
+	constZero []*ir.Tensor
+	// constSplits (per constant) is how a Trainable's constants lie over
+	// the mesh: replicated, or with tp as TrainSplitter says.
+	constSplits []shard.Plan
 	// strategy is "dp" (also ""), "fsdp" or "tp"; splits (per stored
 	// argument) is how each weight and its state lie over the mesh.
 	strategy string
@@ -52,6 +59,11 @@ type trainMesh struct {
 
 // devices is the number of devices of the mesh.
 func (tm *trainMesh) devices() int { return tm.mesh.Devices() }
+
+// constSplit says whether constant i is split over the mesh.
+func (tm *trainMesh) constSplit(i int) bool {
+	return i < len(tm.constSplits) && tm.constSplits[i].Split()
+}
 
 // sharded says whether some stored argument is split (fsdp, tp).
 func (tm *trainMesh) sharded() bool {
@@ -103,12 +115,18 @@ func newTrainMesh(b *Backend, mesh shard.Mesh, batch int, strategy string) (*tra
 // (replicated when none does); with tp split over the model axis as
 // shard.Weight splits the weight for inference (Megatron's pattern by
 // Hugging Face names, else the last dimension the axis divides; 1-D
-// tensors replicated). A weight's optimizer state lies as the weight.
-func (t *Trainer) planStorage() {
+// tensors replicated), or as a Trainable's TrainSplits says, which also
+// places its constants (else replicated). A weight's optimizer state lies
+// as the weight.
+func (t *Trainer) planStorage() error {
 	tm := t.mesh
-	tm.splits = nil
+	tm.splits, tm.constSplits = nil, make([]shard.Plan, len(t.consts))
+	own, err := t.sourceSplits()
+	if err != nil {
+		return err
+	}
 	for range 1 + len(t.slots) {
-		for _, p := range t.params {
+		for i, p := range t.params {
 			pl := make(shard.Plan, p.Shape.Rank())
 			switch tm.strategy {
 			case "fsdp":
@@ -119,11 +137,42 @@ func (t *Trainer) planStorage() {
 					}
 				}
 			case "tp":
-				pl, _ = shard.Weight(p.Name, p.Shape.Dimensions, tm.mesh.Model, shard.Options{})
+				if own != nil {
+					pl = own[i]
+				} else {
+					pl, _ = shard.Weight(p.Name, p.Shape.Dimensions, tm.mesh.Model, shard.Options{})
+				}
 			}
 			tm.splits = append(tm.splits, pl)
 		}
 	}
+	return nil
+}
+
+// sourceSplits reads a Trainable's tp plans (TrainSplitter) into
+// constSplits and returns its trained tensors' (nil when it has none or
+// the strategy is not tp), checking each plan against its tensor's rank.
+func (t *Trainer) sourceSplits() ([]shard.Plan, error) {
+	tm := t.mesh
+	sp, ok := t.src.(TrainSplitter)
+	if tm.strategy != "tp" || !ok {
+		return nil, nil
+	}
+	trained, consts, _ := sp.TrainSplits(tm.mesh.Model)
+	bad := len(trained) != len(t.params) || len(consts) != len(t.consts)
+	for i := 0; !bad && i < len(trained); i++ {
+		bad = len(trained[i]) != t.params[i].Shape.Rank()
+	}
+	for i := 0; !bad && i < len(consts); i++ {
+		bad = len(consts[i]) != t.consts[i].Shape().Rank()
+	}
+	if bad {
+		return nil, &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "new trainer",
+			Err: fmt.Errorf("%s: TrainSplits gave %d trained and %d constant plans for %d and %d tensors, or a plan of another rank",
+				t.name(), len(trained), len(consts), len(t.params), len(t.consts))}
+	}
+	tm.constSplits = consts
+	return trained, nil
 }
 
 // devices returns the tensors device 0 holds, in argument order.
@@ -142,7 +191,9 @@ func (t *Trainer) deviceZero() []*ir.Tensor {
 func (t *Trainer) replicate() error {
 	tm := t.mesh
 	if tm.splits == nil {
-		t.planStorage()
+		if err := t.planStorage(); err != nil {
+			return err
+		}
 	}
 	src := t.deviceZero()
 	zero := make([]*ir.Tensor, len(src))
@@ -267,6 +318,8 @@ func (tm *trainMesh) release() {
 		freeAll(c)
 	}
 	tm.consts = nil
+	freeAll(tm.constZero)
+	tm.constZero = nil
 	for k, e := range tm.execs {
 		if e.prog != nil {
 			_ = e.prog.Close()
@@ -347,6 +400,9 @@ func (t *Trainer) compileMesh(e *meshExec, k int) error {
 		case i < n:
 			pl = tm.splits[i]
 		case i < n+c:
+			if tm.constSplit(i - n) {
+				pl = tm.constSplits[i-n]
+			}
 		case i < n+c+perBatch:
 			pl = shard.Batch(s.Dimensions, tm.mesh.Data)
 		}
@@ -394,6 +450,9 @@ func (t *Trainer) stepMesh(e *meshExec, args []*ir.Tensor) (loss, norm *ir.Tenso
 			}
 		case i < n+len(t.consts):
 			all[0][i] = a
+			if tm.constSplit(i - n) {
+				all[0][i] = tm.constZero[i-n]
+			}
 			for d := 1; d < D; d++ {
 				all[d][i] = tm.consts[d-1][i-n]
 			}

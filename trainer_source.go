@@ -9,9 +9,12 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/gomlx/gomlx/pkg/core/distributed"
+
 	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/ir"
 	"github.com/tensorbridge/tensorbridge/onnx"
+	"github.com/tensorbridge/tensorbridge/shard"
 	"github.com/tensorbridge/tensorbridge/train"
 )
 
@@ -50,8 +53,11 @@ type Trainable interface {
 // cfg.Loss names the loss only (src builds it), and src applies
 // cfg.Freeze (it says what is trained). A mesh (Config.Mesh data=D) trains data-parallel
 // (Strategy dp) or with the trained tensors and their optimizer state
-// split over the data axis (fsdp); the constants are copied to every
-// device of the mesh (the Trainer owns the copies); tp is not done yet.
+// split over the data axis (fsdp), the constants copied to every device
+// of the mesh (the Trainer owns the copies). With tp (data=D,model=M) the
+// trained tensors, their state and the constants are split over the
+// model axis as src's TrainSplits says (TrainSplitter; else the trained
+// tensors as shard.Weight splits them and the constants whole).
 func (b *Backend) NewTrainer(ctx context.Context, src Trainable, cfg train.Config, opts ...TrainerOption) (*Trainer, error) {
 	if err := b.check(); err != nil {
 		return nil, err
@@ -61,10 +67,6 @@ func (b *Backend) NewTrainer(ctx context.Context, src Trainable, cfg train.Confi
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if cfg.Strategy == "tp" {
-		return nil, &errs.UnsupportedError{What: "feature", Name: "--strategy tp for " + src.TrainName(),
-			Detail: "not yet: train data-parallel (dp) or fsdp"}
 	}
 	var o trainerOptions
 	for _, opt := range opts {
@@ -77,6 +79,10 @@ func (b *Backend) NewTrainer(ctx context.Context, src Trainable, cfg train.Confi
 	tm, err := trainerMesh(b, cfg)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Strategy == "tp" && tm == nil { // a mesh of one device (or none)
+		return nil, &errs.InputError{Name: "--strategy", Problem: "value", Expected: "tp with --mesh data=D,model=M, M > 1",
+			Got: fmt.Sprintf("--mesh %q", cfg.Mesh)}
 	}
 	if tm != nil {
 		dev = 0
@@ -115,32 +121,75 @@ func (b *Backend) NewTrainer(ctx context.Context, src Trainable, cfg train.Confi
 	return t, nil
 }
 
-// replicateConstants copies a Trainable's constants (on device 0) to the
-// other devices of the mesh.
+// TrainSplitter is a Trainable that says how its tensors lie over a
+// mesh's model axis for tensor parallelism (--strategy tp): per trained
+// tensor (TrainParams order) and per constant (TrainConstants order) the
+// split of each dimension (shard.Plan), a dimension model does not divide
+// left whole; notes say which were. llm.FineTune implements it with
+// Megatron's pattern for the base weights and its adapters.
+type TrainSplitter interface {
+	TrainSplits(model int) (trained, constants []shard.Plan, notes []string)
+}
+
+// replicateConstants places a Trainable's constants (on device 0, owned
+// by the Trainable) on every device of the mesh: whole copies, or with
+// tp each device's part of the constants planned split (device 0's part
+// is then a new tensor beside the Trainable's whole one).
 func (t *Trainer) replicateConstants(ctx context.Context) error {
 	tm := t.mesh
-	for d := 1; d < tm.devices(); d++ {
-		var on []*ir.Tensor
-		for _, c := range t.consts {
-			if err := ctx.Err(); err != nil {
-				freeAll(on)
-				return err
+	D := tm.devices()
+	tm.consts = make([][]*ir.Tensor, D-1)
+	tm.constZero = make([]*ir.Tensor, len(t.consts))
+	l := shard.Layout{Mesh: tm.dm}
+	for i, c := range t.consts {
+		if err := ctx.Err(); err != nil {
+			return err // release frees what is placed
+		}
+		parts, err := t.constantParts(l, i, c)
+		for d := 0; err == nil && d < D; d++ {
+			if d == 0 && !tm.constSplit(i) {
+				continue // the Trainable's own tensor
 			}
-			h, err := hostCopy(c)
-			if err == nil {
-				var x *ir.Tensor
-				if x, err = ir.ToDevice(h, t.b.drv.Engine(), d); err == nil {
-					on = append(on, x)
+			var x *ir.Tensor
+			if x, err = ir.ToDevice(parts[d], t.b.drv.Engine(), d); err == nil {
+				if d == 0 {
+					tm.constZero[i] = x
+				} else {
+					tm.consts[d-1] = append(tm.consts[d-1], x)
 				}
 			}
-			if err != nil {
-				freeAll(on)
-				return &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "replicate constants", Err: err}
-			}
 		}
-		tm.consts = append(tm.consts, on)
+		if err != nil {
+			return &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "replicate constants", Err: err}
+		}
 	}
 	return nil
+}
+
+// constantParts returns constant i's host value per mesh device: its
+// shards where it is planned split, else the whole value for each.
+func (t *Trainer) constantParts(l shard.Layout, i int, c *ir.Tensor) ([]*ir.Tensor, error) {
+	h, err := hostCopy(c)
+	if err != nil {
+		return nil, err
+	}
+	parts := make([]*ir.Tensor, t.mesh.devices())
+	if !t.mesh.constSplit(i) {
+		for d := range parts {
+			parts[d] = h
+		}
+		return parts, nil
+	}
+	spec, err := l.Spec(t.mesh.constSplits[i])
+	if err != nil {
+		return nil, err
+	}
+	dt, err := distributed.ShardTensor(spec, h)
+	if err != nil {
+		return nil, err
+	}
+	copy(parts, dt.Shards())
+	return parts, nil
 }
 
 // sourceMeshExec is meshExec for a Trainable.

@@ -79,8 +79,6 @@ func (f *trainFlags) checkLLM() error {
 		return usageErr("--merge is for LoRA (a full fine-tune always writes a whole checkpoint)")
 	case f.freeze != "" && !l.full:
 		return usageErr("--freeze is for --full: LoRA trains its adapters only")
-	case f.strategy == "tp":
-		return usageErr("--strategy tp is not yet for checkpoint directories: use --mesh data=D with dp or fsdp")
 	case f.set["loss"] && f.loss != "causal_lm":
 		return usageErr("--loss for a checkpoint directory is causal_lm (transformers' causal-LM loss), got %q", f.loss)
 	}
