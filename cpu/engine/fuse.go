@@ -224,6 +224,7 @@ func (f *fusedPlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, error
 	if t == nil {
 		t = &fusedRun{f: f, srcs: make([]any, len(ins)), dsts: make([]any, len(f.outDT)), outs: make([]backends.Buffer, len(f.outDT))}
 		t.tilesFn = t.tiles // bound once: a method value made per run would be allocated
+		t.groupsFn = t.groups
 	}
 	defer func() {
 		clear(t.srcs)
@@ -258,6 +259,10 @@ func (f *fusedPlan) run(r *run, ins []backends.Buffer) ([]backends.Buffer, error
 	inner := f.dims[len(f.dims)-1]
 	t.perRow = (inner + tile - 1) / tile
 	rows := f.shape.Size() / inner
+	if g := tile / inner; g >= 2 && rows > 1 { // short rows: several per tile (fuserows.go)
+		t.group, t.rows = g, rows
+		return res, parallel.For((rows+g-1)/g, max(1, 16384/(g*inner)), r.threads, t.groupsFn)
+	}
 	grain := max(1, 16384/min(inner, tile))
 	err := parallel.For(rows*t.perRow, grain, r.threads, t.tilesFn)
 	return res, err
@@ -268,6 +273,7 @@ type space struct {
 	regs    [][]float32
 	scratch []float32
 	idx     []int
+	idx2    []int // a second index, for reading rows (fuserows.go)
 	// filled[i] is the value load i's register holds in every one of its
 	// tile elements (a broadcast read), valid when hasFill[i]: the next
 	// tile that broadcasts the same bits skips the fill (a bias along a
@@ -281,7 +287,7 @@ func (f *fusedPlan) workspace() *space {
 	if w, ok := f.spaces.Get().(*space); ok {
 		return w
 	}
-	return &space{regs: make([][]float32, f.nregs), scratch: make([]float32, f.nregs*tile), idx: make([]int, len(f.dims)),
+	return &space{regs: make([][]float32, f.nregs), scratch: make([]float32, f.nregs*tile), idx: make([]int, len(f.dims)), idx2: make([]int, len(f.dims)),
 		filled: make([]uint32, len(f.loads)), hasFill: make([]bool, len(f.loads))}
 }
 
@@ -292,6 +298,10 @@ type fusedRun struct {
 	outs       []backends.Buffer
 	perRow     int // tiles per row of the innermost axis
 	tilesFn    func(lo, hi int)
+	// group rows of a short innermost axis go through the ops as one tile
+	// (groups); rows is the count of rows.
+	group, rows int
+	groupsFn    func(lo, hi int)
 }
 
 // tiles computes tiles [lo, hi) (tile t is piece t%perRow of row t/perRow).

@@ -181,6 +181,33 @@ var fuseCases = []fuseCase{
 			return []backends.Op{exp(b, w2), ge, asBool, add(b, back, w2)}
 		})
 	}, nil},
+	// Short rows, several to a tile (fuserows.go): a channel's bias and a
+	// clip over 7 x 7 planes; rows that do not fill the last group; a load
+	// broadcast over a middle axis, so its rows are not back to back; a
+	// bool made and read inside the region.
+	{"channel bias and clip over short planes", [][]int{{64, 7, 7}, {64}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+		return catch(func() []backends.Op {
+			y := add(b, p[0], bcast(b, p[1], []int{64, 7, 7}, 0))
+			lo, hi := bcast(b, scalar(b, 0), []int{64, 7, 7}), bcast(b, scalar(b, 6), []int{64, 7, 7})
+			return []backends.Op{neg(b, maxOp(b, neg(b, maxOp(b, y, lo)), neg(b, hi)))}
+		})
+	}, nil},
+	{"uneven row groups", [][]int{{100, 13}, {100, 13}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+		return catch(func() []backends.Op { return []backends.Op{mul(b, tanh(b, p[0]), p[1])} })
+	}, nil},
+	{"short rows broadcast over a middle axis", [][]int{{3, 5, 7}, {3, 7}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+		return catch(func() []backends.Op {
+			ge, err := b.GreaterOrEqual(p[0], bcast(b, p[1], []int{3, 5, 7}, 0, 2))
+			if err != nil {
+				panic(err)
+			}
+			w, err := b.Where(ge, p[0], bcast(b, p[1], []int{3, 5, 7}, 0, 2))
+			if err != nil {
+				panic(err)
+			}
+			return []backends.Op{sub(b, w, p[0]), ge}
+		})
+	}, nil},
 	{"empty", [][]int{{0, 4}}, func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
 		return catch(func() []backends.Op { return []backends.Op{exp(b, p[0])} })
 	}, nil},
