@@ -257,6 +257,8 @@ func trainCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if err := f.checkLLM(); err != nil {
 			return err
 		}
+	} else if err := f.refuseLLMFlags(); err != nil {
+		return err
 	}
 	if err := checkOneProcess(ctx); err != nil {
 		return err

@@ -50,6 +50,21 @@ func addLLMTrainFlags(fs *flag.FlagSet, f *llmTrainFlags) {
 	fs.StringVar(&f.chatTemplate, "chat-template", "", `checkpoint DIR: render {"messages": ...} rows with this Jinja template FILE instead of the checkpoint's (as TRL's chat_template_path)`)
 }
 
+// llmOnlyFlags are the flags that mean something for a checkpoint
+// directory only.
+var llmOnlyFlags = []string{"seq-len", "lora", "lora-init", "full", "base-precision", "merge", "seed", "remat", "chat-template"}
+
+// refuseLLMFlags refuses a checkpoint directory's flags given for an ONNX
+// model, which would otherwise be ignored.
+func (f *trainFlags) refuseLLMFlags() error {
+	for _, name := range llmOnlyFlags {
+		if f.set[name] {
+			return usageErr("--%s is for fine-tuning a checkpoint directory (config.json, safetensors), not an ONNX model", name)
+		}
+	}
+	return nil
+}
+
 // isCheckpointDir reports whether path is a directory with a config.json
 // (a Hugging Face checkpoint), which train fine-tunes as an LLM.
 func isCheckpointDir(path string) bool {

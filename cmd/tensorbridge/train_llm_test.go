@@ -88,6 +88,28 @@ func TestTrainLLMBadInput(t *testing.T) {
 	}
 }
 
+// TestTrainONNXRefusesLLMFlags: a checkpoint directory's flags given for
+// an ONNX model are a usage error naming the flag, not ignored (they were
+// before: --remat and --lora trained the model without either).
+func TestTrainONNXRefusesLLMFlags(t *testing.T) {
+	model := filepath.Join("..", "..", "testdata", "train", "mlp_ce")
+	values := map[string]string{"seq-len": "8", "lora": "r=4,alpha=8,targets=q_proj", "lora-init": t.TempDir(),
+		"base-precision": "bfloat16", "seed": "1", "chat-template": "t.jinja"}
+	for _, name := range llmOnlyFlags {
+		t.Run(name, func(t *testing.T) {
+			flag := "--" + name
+			if v, ok := values[name]; ok {
+				flag += "=" + v
+			}
+			code, _, stderr := run(t, "train", filepath.Join(model, "model.onnx"), "--data", filepath.Join(model, "data"),
+				"--steps", "1", "--batch", "8", "--loss", "cross_entropy:logits:labels", flag)
+			if code != 2 || !strings.Contains(stderr, "--"+name) || !strings.Contains(stderr, "ONNX") {
+				t.Errorf("exit %d, stderr %q; want exit 2 naming --%s", code, stderr, name)
+			}
+		})
+	}
+}
+
 // finetuneRefs is a fixture checkpoint's refs.json from
 // scripts/gen-finetune-fixtures.py (transformers + PEFT).
 type finetuneRefs struct {
