@@ -164,7 +164,7 @@ func maskedIdxModel(t *testing.T) *onnx.Model {
 // padding analysis fills them with a copy of the last real row (idxModel)
 // they form that row's indices; where it fills a mask with zeros
 // (maskedIdxModel) their index 5 fails the padded run's check, and the run
-// at the exact shapes decides. Faults injected once: with model.go's
+// at the exact shapes decides. Faults injected once: with model_run.go's
 // padded run returning the check's error instead of rerunning at the exact
 // shapes, "padded/masked in range" failed naming index 5; with
 // checkShardedIndices returning the check's error on padded runs too,

@@ -172,8 +172,8 @@ func TestLoadONNX(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if m.Path() != path {
-		t.Errorf("Path() = %q, want %q", m.Path(), path)
+	if got := tensorbridge.ModelPath(m); got != path {
+		t.Errorf("the model's path = %q, want %q", got, path)
 	}
 	out, err := m.Run(ctx, map[string]*ir.Tensor{"x": readNPY(t, filepath.Join("testdata", "models", "mlp.input_0.npy"))})
 	if err != nil {

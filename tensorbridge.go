@@ -1,6 +1,7 @@
-// Package tensorbridge runs machine-learning computations on TPUs, GPUs and
-// CPUs through one interface: open a backend, see its devices, compile a
-// computation, run it, watch its memory.
+// Package tensorbridge runs machine-learning models and computations on
+// TPUs, GPUs and CPUs through one interface: open a backend, see its
+// devices, load and run ONNX models (Model), compile and run GoMLX
+// computations (Executable), train (Trainer), watch its memory.
 //
 //	b, err := tensorbridge.Open(ctx, "auto")
 //	if err != nil { ... }              // says what is available and why
@@ -101,8 +102,10 @@ func WithMemoryFraction(f float64) Option {
 	return func(o *openOptions) { o.settings.MemoryFraction = f; o.settingsSet = true }
 }
 
-// WithGetenv replaces os.Getenv for reading TENSORBRIDGE_BACKEND; for tests.
-func WithGetenv(getenv func(string) string) Option {
+// withGetenv replaces os.Getenv for reading TENSORBRIDGE_BACKEND, so that
+// tests choose what Open sees without changing the process environment
+// (tensorbridge_export_test.go exports it to package tensorbridge_test).
+func withGetenv(getenv func(string) string) Option {
 	return func(o *openOptions) { o.getenv = getenv }
 }
 

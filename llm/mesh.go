@@ -29,7 +29,7 @@ import (
 //   - embed_tokens and lm_head split by vocabulary (each device holds
 //     Vocab/M rows; the logits come out split by vocabulary and the
 //     partitioner gathers them for sampling); a vocabulary M does not
-//     divide is replicated instead (Model.MeshNotes says so);
+//     divide is replicated instead (Model.meshNotes says so);
 //   - the KV cache [slots+1, context, L, KVHeads, D] split over KVHeads;
 //   - norms, q/k norms and the rope tables replicated.
 //
@@ -276,9 +276,9 @@ func (m *Model) WeightBytesPerDevice() int64 {
 	return m.tp.perDevice
 }
 
-// MeshNotes say which weights could not be split over the mesh (and were
+// meshNotes say which weights could not be split over the mesh (and were
 // replicated), and why.
-func (m *Model) MeshNotes() []string {
+func (m *Model) meshNotes() []string {
 	if m.tp == nil {
 		return nil
 	}

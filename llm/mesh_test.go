@@ -64,7 +64,7 @@ func TestMeshAgainstTransformers(t *testing.T) {
 			if got := m.Mesh(); got.Model != tc.M {
 				t.Fatalf("model on mesh %s, want model=%d", got, tc.M)
 			}
-			for _, n := range m.MeshNotes() {
+			for _, n := range m.meshNotes() {
 				t.Log(n)
 			}
 			checkPromptLogits(ctx, t, m, ref)

@@ -158,10 +158,12 @@ func (m *Model) weightShapes() []ir.Shape {
 
 // PromptLogits returns the logits [len(ids), vocab] (float32, row-major)
 // of a prompt, computed without a cache by a program compiled for exactly
-// this length: for tests and inspection, not the serving path.
+// this length: scoring a text (its log-likelihood, perplexity) and checking
+// the model against a reference, not the serving path (Engine). A prompt
+// of no tokens, or longer than the context, is a *RequestError.
 func (m *Model) PromptLogits(ctx context.Context, ids []int) ([]float32, error) {
 	if len(ids) == 0 || len(ids) > m.maxContext {
-		return nil, fmt.Errorf("prompt of %d tokens: want 1..%d", len(ids), m.maxContext)
+		return nil, &RequestError{Problem: fmt.Sprintf("prompt logits: a prompt of %d tokens, want 1 to %d (the context)", len(ids), m.maxContext)}
 	}
 	c := m.Config
 	n := len(ids)

@@ -1,5 +1,5 @@
 // Package plan says what a model needs on a TPU slice before anyone pays
-// for one: it compiles the model ahead of time with the real libtpu against
+// for one. It compiles the model ahead of time with the real libtpu against
 // the slice's topology (PJRT_TopologyDescription_Create + PJRT_Compile; no
 // TPU needed, see docs/pjrt-findings.md) and reports, per device, the
 // compiler's own memory figures against the chip's memory, whether it fits,

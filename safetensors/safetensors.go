@@ -1,8 +1,9 @@
-// Package safetensors decodes and checks the header of a safetensors file,
-// the weight format of Hugging Face checkpoints, with one set of rules for
-// every reader in the module (llm's weight loader and plan's checkpoint
-// reader): the header length, the JSON, each tensor's dtype, shape and byte
-// range, and the byte ranges' layout. It never reads tensor data.
+// Package safetensors reads and writes safetensors files, the weight format
+// of Hugging Face checkpoints. Its reader decodes and checks a file's header
+// with one set of rules for every reader in the module (llm's weight loader
+// and plan's checkpoint reader): the header length, the JSON, each tensor's
+// dtype, shape and byte range, and the byte ranges' layout; it never reads
+// tensor data. WriteContext writes a whole file atomically.
 //
 // The format (https://huggingface.co/docs/safetensors/index#format): an
 // 8-byte little-endian header length N, N bytes of JSON mapping each tensor

@@ -1,6 +1,7 @@
-// Package serve is tensorbridge's inference server: the Open Inference
-// Protocol v2 (KServe's v2 API, which Triton's clients speak) over HTTP/REST,
-// with the binary tensor extension, and over gRPC
+// Package serve is tensorbridge's inference server: ONNX models over the
+// Open Inference Protocol v2, LLM checkpoints (package llm) over OpenAI's
+// API. The v2 protocol is KServe's v2 API, which Triton's clients speak,
+// over HTTP/REST with the binary tensor extension and over gRPC
 // (inference.GRPCInferenceService, plus grpc.health.v1).
 //
 // Every model runs through the same tensorbridge.Model API users call: one

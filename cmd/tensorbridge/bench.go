@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -18,7 +17,6 @@ import (
 	"time"
 
 	"github.com/tensorbridge/tensorbridge"
-	"github.com/tensorbridge/tensorbridge/catalog"
 	"github.com/tensorbridge/tensorbridge/device"
 	"github.com/tensorbridge/tensorbridge/ir"
 	"github.com/tensorbridge/tensorbridge/npy"
@@ -193,17 +191,6 @@ type benchReport struct {
 	// first inference returned: --restart's parent subtracts its child's
 	// start from it.
 	FirstResultUnixNano int64 `json:"first_result_unix_ns,omitempty"`
-}
-
-// hostInfo describes the machine, for reading figures later.
-type hostInfo struct {
-	CPU        string     `json:"cpu"`
-	CPUs       int        `json:"cpus"`
-	GOMAXPROCS int        `json:"gomaxprocs"`
-	LoadBefore [3]float64 `json:"loadavg_before"`
-	LoadAfter  [3]float64 `json:"loadavg_after"`
-	GoVersion  string     `json:"go"`
-	Malloc     string     `json:"malloc"` // the C allocator's settings (malloc.go)
 }
 
 // latencyStats are percentiles over the timed runs, nearest-rank.
@@ -669,169 +656,6 @@ func saveIO(ctx context.Context, c *benchConfig, batch int, gen []generatedInput
 		}
 	}
 	return nil
-}
-
-// peakFor returns the catalog's peak rate of dev for the precision, or
-// zero and the reason there is none.
-func peakFor(dev device.Info, prec string) (float64, string) {
-	if dev.Platform == device.CPU || dev.Platform == "" {
-		return 0, "no peak for CPUs: the sustained FLOP/cycle and clock of a (virtual) CPU are not discoverable reliably " +
-			"(vCPUs may be SMT siblings, turbo clocks vary with load), so no share of peak is given; compare with `tensorbridge matmul` on the same backend"
-	}
-	a, ok := catalog.ByDeviceKind(dev.Kind)
-	if !ok && dev.Generation != "" {
-		a, ok = catalog.Lookup(dev.Generation)
-	}
-	if !ok {
-		return 0, fmt.Sprintf("device kind %q is not in the catalog", dev.Kind)
-	}
-	var f catalog.Figure[float64]
-	switch prec {
-	case "bfloat16", "auto":
-		f = a.PeakBF16
-	case "float16":
-		f = a.PeakFP16
-	default:
-		return 0, "the catalog has no float32 peak (accelerators' float32 rates depend on the precision mode of matrix units); run with --precision bfloat16 for a share of peak"
-	}
-	if !f.Known() {
-		return 0, fmt.Sprintf("the catalog has no %s peak for %s", prec, dev.Kind)
-	}
-	return f.Value, fmt.Sprintf("catalog dense %s peak of %s (%s)", prec, dev.Kind, f.Source)
-}
-
-// cpuModel reads the CPU model name from /proc/cpuinfo.
-func cpuModel() string {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return runtime.GOARCH
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return runtime.GOARCH
-}
-
-// loadAvg reads the 1, 5 and 15-minute load averages; zeros when unknown.
-func loadAvg() [3]float64 {
-	var l [3]float64
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return l
-	}
-	fmt.Sscanf(string(b), "%g %g %g", &l[0], &l[1], &l[2])
-	return l
-}
-
-// restartReport compares the time to first inference of two fresh
-// processes: one with an empty compile cache, one with the cache the
-// first left behind.
-type restartReport struct {
-	CacheDir string       `json:"cache_dir"`
-	Cold     restartPoint `json:"cold"`
-	Warm     restartPoint `json:"warm"`
-	// Speedup is the cold process's time to first inference over the
-	// warm one's.
-	Speedup float64 `json:"speedup"`
-}
-
-// restartPoint is one child process: FirstInferenceS from its start (just
-// before the parent starts it) to its first inference's result, WallS
-// from its start to its exit (it exits right after the first inference:
-// the rest is closing the backend and leaving), and its own breakdown.
-type restartPoint struct {
-	FirstInferenceS float64         `json:"first_inference_s"`
-	WallS           float64         `json:"wall_s"`
-	OpenS           float64         `json:"open_s"`
-	LoadS           float64         `json:"load_s"`
-	CompileS        float64         `json:"compile_s,omitempty"`
-	FirstRunS       float64         `json:"first_run_s"`
-	Cache           *tensorbridgeCS `json:"compile_cache,omitempty"`
-}
-
-// runRestart runs this command twice as a child process with
-// --first-only, sharing a fresh compile cache directory: the first
-// (cold) compiles and fills the cache, the second (warm) should load from
-// it. Both use the first batch size.
-func runRestart(ctx context.Context, c *benchConfig, stdout, stderr io.Writer) error {
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("--restart: finding this executable: %w", err)
-	}
-	dir, err := os.MkdirTemp("", "tensorbridge-bench-cache-")
-	if err != nil {
-		return fmt.Errorf("--restart: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	childArgs := restartChildArgs(c)
-	rep := &benchReport{Model: c.model, Precision: c.precision, Restart: &restartReport{CacheDir: dir}}
-	rep.Host = hostInfo{CPU: cpuModel(), CPUs: availableCPUs(), GoVersion: runtime.Version(), LoadBefore: loadAvg(), Malloc: mallocSetting()}
-	for _, pt := range []*restartPoint{&rep.Restart.Cold, &rep.Restart.Warm} {
-		cmd := exec.CommandContext(ctx, self, childArgs...)
-		cmd.Env = append(os.Environ(), cacheDirEnv+"="+dir)
-		var out strings.Builder
-		cmd.Stdout = &out
-		cmd.Stderr = stderr
-		t0 := time.Now()
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("--restart: child %s %s: %w", self, strings.Join(childArgs, " "), err)
-		}
-		pt.WallS = time.Since(t0).Seconds()
-		var child benchReport
-		if err := json.Unmarshal([]byte(out.String()), &child); err != nil || len(child.Batches) == 0 {
-			return fmt.Errorf("--restart: reading the child's report: %v\n%s", err, out.String())
-		}
-		pt.OpenS, pt.LoadS, pt.FirstRunS = child.OpenS, child.LoadS, child.Batches[0].FirstRunS
-		pt.FirstInferenceS = pt.WallS
-		if n := child.FirstResultUnixNano; n > t0.UnixNano() {
-			pt.FirstInferenceS = float64(n-t0.UnixNano()) / 1e9
-		}
-		pt.CompileS = child.Batches[0].CompileS
-		pt.Cache = child.Cache
-		rep.Backend, rep.Device, rep.Threads = child.Backend, child.Device, child.Threads
-	}
-	if rep.Restart.Warm.FirstInferenceS > 0 {
-		rep.Restart.Speedup = rep.Restart.Cold.FirstInferenceS / rep.Restart.Warm.FirstInferenceS
-	}
-	if cs := rep.Restart.Warm.Cache; cs == nil || cs.Hits == 0 {
-		rep.Notes = append(rep.Notes, "the warm process reported no compile-cache hit: this backend or build has no disk cache, so both processes compiled")
-	}
-	rep.Host.LoadAfter = loadAvg()
-	return printBench(stdout, c, rep)
-}
-
-// restartChildArgs returns the command line of --restart's child
-// processes: the user's, without --restart, --json, --save-io and
-// --cpuprofile, with --first-only --json and, when --batch was given, its
-// first size (a later --batch wins over an earlier one).
-func restartChildArgs(c *benchConfig) []string {
-	args := []string{"bench"}
-	in := c.args // flags first (reordered when parsed)
-	for i := 0; i < len(in); i++ {
-		a := in[i]
-		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if strings.HasPrefix(a, "-") {
-			switch name {
-			case "restart", "json":
-				continue
-			case "save-io", "cpuprofile":
-				if !hasValue {
-					i++ // skip the value too
-				}
-				continue
-			}
-		}
-		args = append(args, a)
-	}
-	args = append(args, "--first-only", "--json")
-	if c.batchSet {
-		// The user's first size; without --batch the child, like this
-		// process, lets the model decide (planBatches).
-		args = append(args, "--batch", fmt.Sprint(c.batches[0]))
-	}
-	return args
 }
 
 // printBench writes the report as JSON or as a table.

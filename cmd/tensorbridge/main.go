@@ -1,5 +1,5 @@
-// Command tensorbridge inspects the accelerators of this host and runs
-// models on them.
+// Command tensorbridge inspects this host's accelerators and runs, serves,
+// trains and plans models on them.
 //
 //	tensorbridge devices [--json]     hardware found, per device, with problems
 //	tensorbridge doctor [--json]      what is missing and the exact fix

@@ -1,7 +1,8 @@
 // Package peft reads, writes, initialises and merges LoRA adapters in the
-// file format of Hugging Face PEFT
-// (https://huggingface.co/docs/peft/main/en/developer_guides/checkpoint):
-// a directory holding adapter_config.json (the LoraConfig's fields) and
+// file format of Hugging Face PEFT.
+//
+// The format (https://huggingface.co/docs/peft/main/en/developer_guides/checkpoint)
+// is a directory holding adapter_config.json (the LoraConfig's fields) and
 // adapter_model.safetensors, with for each adapted linear module NAME of
 // the base model (transformers' module path, e.g.
 // model.layers.0.self_attn.q_proj) the tensors
