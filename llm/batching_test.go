@@ -30,7 +30,7 @@ func TestContinuousBatching(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	compiles := e.Compiles()
+	compiles := e.compileCount()
 	cache0 := b.CacheStats() // xla-cpu: every compile looks up the disk cache
 	t.Logf("compile cache before the requests: %d hits, %d misses", cache0.Hits, cache0.Misses)
 	live0, _, counts := b.LiveBuffers()
@@ -102,7 +102,7 @@ func TestContinuousBatching(t *testing.T) {
 			t.Errorf("stream %d: batched %v, alone %v", i, got[i], alone[i])
 		}
 	}
-	if c := e.Compiles(); c != compiles {
+	if c := e.compileCount(); c != compiles {
 		t.Errorf("%d programs compiled after warm-up", c-compiles)
 	}
 	if c := b.CacheStats(); c.Hits+c.Misses != cache0.Hits+cache0.Misses {

@@ -61,9 +61,9 @@ func BenchmarkGenerate(b *testing.B) {
 		}
 		defer e.Close()
 		for range b.N {
-			before := e.StepStats()
+			before := e.totals()
 			ttft, total := run(e, prompt(16), 128)
-			after := e.StepStats()
+			after := e.totals()
 			decode := total - ttft
 			b.ReportMetric(127/decode.Seconds(), "tokens/s")
 			host := (after.Total - before.Total) - (after.InProgram - before.InProgram)

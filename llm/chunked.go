@@ -60,11 +60,11 @@ type chunker struct {
 }
 
 // chunkPace holds the moving averages, in seconds, of a chunk run and of
-// a step run between chunks (decode steps), and the engine's StepStats
+// a step run between chunks (decode steps), and the engine's stepTotals
 // after the last chunk.
 type chunkPace struct {
 	chunk, decode float64
-	last          StepStats
+	last          stepTotals
 }
 
 // paceFactor: the chunks of one turn may take up to this many decode
@@ -202,7 +202,7 @@ func (e *Engine) runChunk(ctx context.Context, exe *tensorbridge.Executable, ids
 func (e *Engine) fillStep(ctx context.Context, active []*seq, finish func(*seq, string, error)) []*seq {
 	pace := &e.chunks.pace
 	decoding := slices.ContainsFunc(active, func(s *seq) bool { return s.fill == nil })
-	if now := e.StepStats(); decoding && pace.last.Steps > 0 && now.Steps > pace.last.Steps {
+	if now := e.totals(); decoding && pace.last.Steps > 0 && now.Steps > pace.last.Steps {
 		pace.note(&pace.decode, (now.Total-pace.last.Total)/time.Duration(now.Steps-pace.last.Steps))
 	}
 	spent := 0.0
@@ -211,9 +211,9 @@ func (e *Engine) fillStep(ctx context.Context, active []*seq, finish func(*seq, 
 		if i < 0 || (decoding && spent > 0 && spent+pace.chunk > paceFactor*pace.decode) {
 			return active
 		}
-		before := e.StepStats().Total
+		before := e.totals().Total
 		err := e.runFill(ctx, active[i])
-		pace.last = e.StepStats()
+		pace.last = e.totals()
 		if err != nil {
 			return e.fillFailed(active, i, err, finish)
 		}

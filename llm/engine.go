@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -135,8 +136,18 @@ type EngineOptions struct {
 	// C the smallest bucket above every row's position; buckets are
 	// powers of two from it up to the context length, one program per
 	// (batch bucket, context bucket), all compiled before NewEngine
-	// returns.
+	// returns unless BackgroundCompile.
 	MinDecodeContext int
+	// BackgroundCompile makes NewEngine return once the programs a short
+	// request needs are compiled (the smallest prompt bucket's prefill,
+	// the decode of batch 1 in the smallest context bucket); the other
+	// buckets' programs compile in the background, a step whose bucket is
+	// not compiled yet running in a larger compiled one (coldstart.go).
+	// Ignored over a mesh: there every program compiles before ready.
+	BackgroundCompile bool
+	// Logger, when set, gets a line per program compiled and a summary
+	// ("compiled k of n programs in T s"); nil: no log.
+	Logger *slog.Logger
 	// NewDetokenizer makes a detokenizer per request (for Token.Text and
 	// stop strings); nil: no text.
 	NewDetokenizer func() Detokenizer
@@ -146,6 +157,9 @@ type EngineOptions struct {
 	// allows, whatever the prefill buckets. 0: each prompt in one prefill
 	// run.
 	PrefillChunk int
+	// beforeCompile, when set (tests), runs before each plain program
+	// compiles (coldstart.go); an error fails that compile.
+	beforeCompile func(ctx context.Context, k progKey, background bool) error
 	// PrefixCache (needs PrefillChunk) reuses the keys and values of
 	// earlier prompts' leading blocks of PrefillChunk tokens for a later
 	// prompt starting with the same tokens (prefix.go).
@@ -163,11 +177,16 @@ type Engine struct {
 	adapterSlots *slotTable
 	cacheShape   ir.Shape
 	kc, vc       *ir.Tensor
-	prefill      map[int]*tensorbridge.Executable
-	pBuckets     []int
-	decode       map[decodeKey]*tensorbridge.Executable
-	decodeLP     map[decodeKey]*tensorbridge.Executable // with top logprobs (logprobs.go), compiled on first need
-	prefillLP    map[prefillKey]*tensorbridge.Executable
+	// progs: the plain prefill and decode programs (coldstart.go).
+	progs    *progTable
+	bgCancel context.CancelFunc // stops the background compiles
+	bgWG     sync.WaitGroup
+	pBuckets []int
+	// decode: the decode programs with penalties or a mask, compiled on
+	// first need.
+	decode    map[decodeKey]*tensorbridge.Executable
+	decodeLP  map[decodeKey]*tensorbridge.Executable // with top logprobs (logprobs.go), compiled on first need
+	prefillLP map[prefillKey]*tensorbridge.Executable
 	// copySlot copies a slot's KV rows to another (choices.go), compiled
 	// on first need.
 	copySlot  *tensorbridge.Executable
@@ -254,7 +273,7 @@ func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err e
 	if o.MinDecodeContext <= 0 {
 		o.MinDecodeContext = 128
 	}
-	en := &Engine{m: m, opts: o, slots: slots, streamCap: streamCap, prefill: map[int]*tensorbridge.Executable{}, decode: map[decodeKey]*tensorbridge.Executable{},
+	en := &Engine{m: m, opts: o, slots: slots, streamCap: streamCap, decode: map[decodeKey]*tensorbridge.Executable{},
 		decodeLP: map[decodeKey]*tensorbridge.Executable{}, prefillLP: map[prefillKey]*tensorbridge.Executable{},
 		queue: make(chan *seq, o.MaxQueue), closing: make(chan struct{}), done: make(chan struct{})}
 	en.cacheShape = ir.MakeShape(m.dtype, slots+1, m.maxContext, c.Layers, c.KVHeads, c.HeadDim)
@@ -302,11 +321,16 @@ func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err e
 	if en.chunks, err = newChunker(o, m.maxContext, slots); err != nil {
 		return nil, err
 	}
+	en.progs = newProgTable(coldOrder(en.pBuckets, en.dBuckets, en.cBuckets))
 	if err := en.warmUp(ctx); err != nil {
 		return nil, err
 	}
 	if err := en.warmChunks(ctx); err != nil {
 		return nil, err
+	}
+	en.logSummary("ready")
+	if rest := en.progs.all[len(en.warmNow()):]; len(rest) > 0 {
+		en.startBackground(rest)
 	}
 	go en.loop()
 	return en, nil
@@ -340,37 +364,40 @@ func (e *Engine) allocCache() error {
 	return nil
 }
 
-// warmUp compiles every bucket and runs each once on the scratch slot.
+// warmUp compiles the plain programs NewEngine waits for (warmNow) and
+// runs each once on the scratch slot.
 func (e *Engine) warmUp(ctx context.Context) error {
 	scratch := e.slots
-	for _, p := range e.pBuckets {
-		exe, err := e.compilePrefill(ctx, p)
+	for _, k := range e.warmNow() {
+		exe, err := e.ensure(ctx, k, false)
 		if err != nil {
 			return err
 		}
-		e.prefill[p] = exe
-		if _, err := e.runPrefill(ctx, exe, p, []int{0}, scratch, row{}); err != nil {
-			return fmt.Errorf("llm: warming prefill %d: %w", p, err)
+		if k.isPrefill() {
+			if _, err := e.runPrefill(ctx, exe, k.p, []int{0}, scratch, row{}); err != nil {
+				return fmt.Errorf("llm: warming prefill %d: %w", k.p, err)
+			}
+			continue
 		}
-	}
-	for _, b := range e.dBuckets {
-		for _, cb := range e.cBuckets {
-			exe, err := e.compileDecode(ctx, b, cb, false)
-			if err != nil {
-				return err
-			}
-			e.decode[decodeKey{batch: b, context: cb}] = exe
-			if _, _, err := e.runDecode(ctx, exe, b, cb, nil, false); err != nil {
-				return fmt.Errorf("llm: warming decode %d (context %d): %w", b, cb, err)
-			}
+		if _, _, err := e.runDecode(ctx, exe, k.batch, k.context, nil, false); err != nil {
+			return fmt.Errorf("llm: warming decode %d (context %d): %w", k.batch, k.context, err)
 		}
 	}
 	return nil
 }
 
+// warmNow is the plain programs compiled before NewEngine returns: all of
+// them, or with BackgroundCompile (off a mesh) the first readyCount.
+func (e *Engine) warmNow() []progKey {
+	if e.opts.BackgroundCompile && e.m.tp == nil {
+		return e.progs.all[:min(readyCount, len(e.progs.all))]
+	}
+	return e.progs.all
+}
+
 // decodeKey names a decode program: its batch and context buckets, and
 // whether it applies penalties (compiled on first need: warm-up compiles
-// the programs without).
+// the programs without, the plain ones of coldstart.go).
 type decodeKey struct {
 	batch, context int
 	pen            bool
@@ -378,8 +405,20 @@ type decodeKey struct {
 }
 
 // decodeProgram returns the decode program of key k, with top logprobs
-// when lp (logprobs.go), compiling it the first time one is needed.
-func (e *Engine) decodeProgram(ctx context.Context, k decodeKey, lp bool) (*tensorbridge.Executable, error) {
+// when lp (logprobs.go), compiling it the first time one is needed, and
+// the batch and context buckets it runs in: a plain one (no penalties,
+// mask or logprobs) may run in larger buckets (routeDecode).
+func (e *Engine) decodeProgram(ctx context.Context, k decodeKey, lp bool) (*tensorbridge.Executable, int, int, error) {
+	if !k.pen && !k.mask && !lp {
+		return e.routeDecode(ctx, k.batch, k.context)
+	}
+	exe, err := e.decodeVariant(ctx, k, lp)
+	return exe, k.batch, k.context, err
+}
+
+// decodeVariant returns the decode program of key k with penalties, a
+// mask or logprobs, compiling it the first time one is needed.
+func (e *Engine) decodeVariant(ctx context.Context, k decodeKey, lp bool) (*tensorbridge.Executable, error) {
 	progs := e.decode
 	if lp {
 		progs = e.decodeLP
@@ -406,20 +445,21 @@ type prefillKey struct {
 }
 
 // prefillProgram returns the prefill program of key k, compiling it the
-// first time one is needed.
-func (e *Engine) prefillProgram(ctx context.Context, k prefillKey) (*tensorbridge.Executable, error) {
+// first time one is needed, and the prompt bucket it runs in: a plain one
+// may run in a larger bucket (routePrefill).
+func (e *Engine) prefillProgram(ctx context.Context, k prefillKey) (*tensorbridge.Executable, int, error) {
 	if !k.lp && !k.echo && !k.mask {
-		return e.prefill[k.p], nil
+		return e.routePrefill(ctx, k.p)
 	}
 	if exe := e.prefillLP[k]; exe != nil {
-		return exe, nil
+		return exe, k.p, nil
 	}
 	exe, err := e.compilePrefillVariant(ctx, k)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	e.prefillLP[k] = exe
-	return exe, nil
+	return exe, k.p, nil
 }
 
 // pow2Buckets is lo, 2lo, 4lo, ... up to max, ending with max itself
@@ -438,12 +478,14 @@ func (e *Engine) Capacity() (sequences, tokensPerSequence int, bytes int64) {
 	return e.slots, e.m.maxContext, 2 * int64(e.cacheShape.Size()) * int64(e.cacheShape.DType.Size())
 }
 
-// Compiles counts the programs the engine compiled; it does not change
-// after NewEngine returns.
-func (e *Engine) Compiles() int64 { return e.compiles.Load() }
+// compileCount counts the programs the engine compiled (tests): without
+// BackgroundCompile it does not change after NewEngine returns unless a
+// request needs penalties, a mask or logprobs.
+func (e *Engine) compileCount() int64 { return e.compiles.Load() }
 
 // Ready reports whether the engine takes requests (always true once
-// NewEngine returned, until Close).
+// NewEngine returned, until Close; with BackgroundCompile, programs may
+// still be compiling: Progress).
 func (e *Engine) Ready() bool {
 	select {
 	case <-e.closing:
@@ -536,10 +578,14 @@ func (e *Engine) enqueue(s *seq) error {
 }
 
 // Close stops the engine: running and queued sequences end with
-// "cancelled", then programs and the cache are freed.
+// "cancelled", the background compiles stop, then programs and the cache
+// are freed.
 func (e *Engine) Close() error {
 	e.once.Do(func() {
 		close(e.closing)
+		if e.bgCancel != nil {
+			e.bgCancel()
+		}
 		<-e.done
 		e.release()
 	})
@@ -547,8 +593,9 @@ func (e *Engine) Close() error {
 }
 
 func (e *Engine) release() {
-	for _, x := range e.prefill {
-		_ = x.Close()
+	e.stopBackground()
+	if e.progs != nil {
+		e.progs.closeProgs()
 	}
 	for _, x := range e.decode {
 		_ = x.Close()
@@ -562,7 +609,7 @@ func (e *Engine) release() {
 	if e.copySlot != nil {
 		_ = e.copySlot.Close()
 	}
-	e.prefill, e.decode, e.decodeLP, e.prefillLP = nil, nil, nil, nil
+	e.decode, e.decodeLP, e.prefillLP = nil, nil, nil
 	for _, t := range []*ir.Tensor{e.kc, e.vc} {
 		if t != nil {
 			_ = t.FinalizeAll()
@@ -654,7 +701,7 @@ func (e *Engine) loop() {
 			err := e.bindAdapter(s.slot, s.adapter)
 			var exe *tensorbridge.Executable
 			if err == nil {
-				exe, err = e.prefillProgram(ctx, prefillKey{p: p, lp: s.req.TopLogprobs > 0 || s.req.PromptLogprobs, echo: s.req.PromptLogprobs, mask: s.con != nil})
+				exe, p, err = e.prefillProgram(ctx, prefillKey{p: p, lp: s.req.TopLogprobs > 0 || s.req.PromptLogprobs, echo: s.req.PromptLogprobs, mask: s.con != nil})
 			}
 			var out stepOut
 			if err == nil {
@@ -722,7 +769,7 @@ func (e *Engine) loop() {
 			lp = lp || s.req.TopLogprobs > 0
 		}
 		cb := e.contextBucket(top)
-		exe, err := e.decodeProgram(ctx, decodeKey{batch: b, context: cb, pen: pen, mask: anyMask(rows)}, lp)
+		exe, b, cb, err := e.decodeProgram(ctx, decodeKey{batch: b, context: cb, pen: pen, mask: anyMask(rows)}, lp)
 		var out stepOut
 		if err == nil {
 			out, err = e.runDecodeOut(ctx, exe, b, cb, rows, pen)

@@ -326,13 +326,13 @@ func (o *stepOut) token(i, k int) Token {
 	return Token{ID: o.toks[i], Logprob: o.lps[i], Top: o.top(i, k)}
 }
 
-// StepStats are the engine's program runs (prefill and decode) since
+// stepTotals are the engine's program runs (prefill and decode) since
 // start: their count, their total wall time, and the part of it spent in
 // RunOnDevice and reading the sampled tokens back (which waits for the
 // program);
 // the rest is the host's own work per step (building inputs, reading the
 // sampled tokens, freeing the old cache).
-type StepStats struct {
+type stepTotals struct {
 	Steps     int64
 	Total     time.Duration
 	InProgram time.Duration
@@ -340,7 +340,7 @@ type StepStats struct {
 
 type stepStats struct {
 	mu sync.Mutex
-	s  StepStats
+	s  stepTotals
 }
 
 func (s *stepStats) add(total, inProgram time.Duration) {
@@ -351,8 +351,9 @@ func (s *stepStats) add(total, inProgram time.Duration) {
 	s.mu.Unlock()
 }
 
-// StepStats returns the engine's step timings so far.
-func (e *Engine) StepStats() StepStats {
+// totals returns the engine's step timings so far (chunked prefill's
+// pace, and the benchmarks).
+func (e *Engine) totals() stepTotals {
 	e.stats.mu.Lock()
 	defer e.stats.mu.Unlock()
 	return e.stats.s

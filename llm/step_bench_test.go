@@ -38,7 +38,7 @@ func BenchmarkDecodeStep(b *testing.B) {
 			b.ResetTimer()
 			start := time.Now()
 			for range b.N {
-				if _, _, err := e.runDecode(ctx, e.decode[decodeKey{batch: n, context: 256}], n, 256, rows, false); err != nil {
+				if _, _, err := e.runDecode(ctx, e.progs.exe(decodeProg(n, 256)), n, 256, rows, false); err != nil {
 					b.Fatal(err)
 				}
 			}

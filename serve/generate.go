@@ -92,13 +92,19 @@ func loadGenerator(ctx context.Context, b *tensorbridge.Backend, src GeneratorSo
 	return g, nil
 }
 
-// warmup starts the engine, which compiles and runs every program once.
+// warmup starts the engine, which compiles and runs every program once
+// (with Engine.BackgroundCompile, those a short request needs, the others
+// compiling in the background), logging each compiled program.
 func (g *generator) warmup(ctx context.Context, log *slog.Logger) error {
 	if g.eng.Load() != nil {
 		return nil
 	}
 	start := time.Now()
-	e, err := llm.NewEngine(ctx, g.model, g.opts)
+	opts := g.opts
+	if opts.Logger == nil {
+		opts.Logger = log.With("model", g.name)
+	}
+	e, err := llm.NewEngine(ctx, g.model, opts)
 	if err != nil {
 		return fmt.Errorf("model %s: %w", g.name, err)
 	}
@@ -109,6 +115,32 @@ func (g *generator) warmup(ctx context.Context, log *slog.Logger) error {
 	log.Info("generator ready", "model", g.name, "dir", g.dir, "context", g.context, "kv_cache_sequences", seqs,
 		"kv_cache_tokens_per_sequence", toks, "kv_cache_bytes", bytes, "warmup", time.Since(start).Round(time.Millisecond).String())
 	return nil
+}
+
+// genProgress is a generator's compile progress for /v2/health/ready:
+// the programs compiled and pending (llm.Engine.Progress).
+type genProgress struct {
+	Ready    bool     `json:"ready"`
+	Compiled []string `json:"programs_compiled"`
+	Pending  []string `json:"programs_pending"`
+}
+
+// genProgress is every generator's compile progress; nil without
+// generators.
+func (s *Server) genProgress() map[string]genProgress {
+	if len(s.gens) == 0 {
+		return nil
+	}
+	out := make(map[string]genProgress, len(s.gens))
+	for name, g := range s.gens {
+		p := genProgress{Compiled: []string{}, Pending: []string{}}
+		if e := g.eng.Load(); e != nil {
+			cp := e.Progress()
+			p.Ready, p.Compiled, p.Pending = true, cp.Compiled, cp.Pending
+		}
+		out[name] = p
+	}
+	return out
 }
 
 // close stops the engine (running streams end "cancelled") and frees the
@@ -490,6 +522,8 @@ func (s *Server) loadGenerators(ctx context.Context) error {
 			return err
 		}
 		g.met = coll.forModel(g.name)
+		// Cold start (llm/coldstart.go): ready after the smallest buckets.
+		g.opts.BackgroundCompile = g.opts.BackgroundCompile || s.opts.BackgroundWarmup
 		s.gens[g.name] = g
 		s.genOrder = append(s.genOrder, g.name)
 		s.log.Info("generator loaded", "model", g.name, "dir", g.dir, "architecture", g.model.Config.Architecture,

@@ -26,7 +26,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /v2/health/ready", func(w http.ResponseWriter, r *http.Request) {
 		ready := s.Ready()
-		writeJSON(w, readyStatus(ready), readyBody{Ready: ready, Models: s.warmProgress()})
+		writeJSON(w, readyStatus(ready), readyBody{Ready: ready, Models: s.warmProgress(), Generators: s.genProgress()})
 	})
 	mux.HandleFunc("GET /v2", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, oip.ServerMetadata{Name: s.opts.Name, Version: s.opts.Version, Extensions: Extensions})
@@ -59,6 +59,9 @@ func postOnly(w http.ResponseWriter, r *http.Request) {
 type readyBody struct {
 	Ready  bool                    `json:"ready"`
 	Models map[string]warmProgress `json:"models,omitempty"`
+	// Generators: each checkpoint's programs, compiled and pending
+	// (generate.go).
+	Generators map[string]genProgress `json:"generators,omitempty"`
 }
 
 // warmProgress is every model's warm-up progress.

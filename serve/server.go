@@ -79,7 +79,9 @@ type Options struct {
 	// background while it serves (coldstart.go); a batch whose bucket is
 	// not compiled yet runs in the next larger compiled one. Off, Warmup
 	// compiles every bucket before ready. Models that do not merge
-	// requests along a batch dimension always warm up whole.
+	// requests along a batch dimension always warm up whole. Generators
+	// get llm.EngineOptions.BackgroundCompile: ready once the smallest
+	// prompt, batch and context buckets' programs are compiled.
 	BackgroundWarmup bool
 	// DrainTimeout bounds how long Run waits for accepted requests after
 	// its context ends (default 30s).

@@ -39,7 +39,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	timeout := fs.Duration("request-timeout", 30*time.Second, "default per-request deadline, queueing included (a request's \"timeout\" parameter may shorten it); expiry answers 503")
 	concurrency := fs.Int("concurrency", 1, "runs each replica executes at once")
 	constWeights := fs.Bool("constant-weights", false, "compile the weights into each batch size's program as constants (default: one copy per replica as device buffers, passed to every program: less memory, faster compiles)")
-	warmAll := fs.Bool("warm-all", false, "compile every batch bucket before ready (default: ready once the smallest is compiled; the others compile in the background while it serves, a batch whose bucket is not compiled yet running in the next larger compiled one)")
+	warmAll := fs.Bool("warm-all", false, "compile every batch bucket (checkpoint directories: every prefill and decode program) before ready (default: ready once the smallest is compiled; the others compile in the background while it serves, a batch whose bucket is not compiled yet running in the next larger compiled one)")
 	allowCompile := fs.Bool("allow-compile", false, "let requests whose shapes warm-up did not compile run anyway, compiling on the request path (default: refuse them with 400 naming the warmed shapes, and refuse to load a model whose shapes warm-up cannot know)")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM or SIGINT, how long to wait for accepted requests before exiting")
 	logJSON := fs.Bool("log-json", false, "write logs as JSON lines (default: text) to stderr")
