@@ -15,11 +15,13 @@ package plan
 //   - gradients: float32, one per trained parameter;
 //   - AdamW state: two float32 tensors per trained parameter;
 //   - activations the backward pass keeps (activationsPerToken), and the
-//     logits: B x T x V float32, twice (the logits and their log-softmax).
+//     logits: B x T x V float32, twice (the logits and their log-softmax);
+//     with remat one chunk of at most 2^22 of them, twice.
 //
 // The step time is a roofline, max(FLOPs / bf16 peak, bytes / HBM
 // bandwidth) per device, at 100% of the catalog's peak as every plan mode
-// computes it: a lower bound.
+// computes it, plus the strategy's collectives at the ICI bandwidth
+// (dp, fsdp, tp: finetune_mesh.go says what each device stores and sends).
 
 import (
 	"fmt"
@@ -44,8 +46,11 @@ type FineTuneOptions struct {
 	// Slice is a Cloud TPU accelerator type ("v5e-1") or a GPU count
 	// ("h100-1"), as for GenerateOptions.
 	Slice string
-	// Strategy is "", "auto" or "dp": data parallel over every device, each
-	// holding the whole model. Tensor parallel and FSDP are not planned yet.
+	// Strategy is "" or "dp" (data parallel: each device holds the whole
+	// model), "fsdp" (trained tensors and their state split over the data
+	// axis), "tp" (Megatron over every device), "tp=M" (a model axis of M,
+	// the data axis the rest) or "auto" (the fastest that fits):
+	// finetune_mesh.go says what each stores per device.
 	Strategy string
 	// SeqLen is the tokens per sequence (train DIR's --seq-len); Batch the
 	// sequences per step over the whole slice.
@@ -90,7 +95,12 @@ type FineTuneMemory struct {
 	// LogitsBytes: B x T x V float32, twice (logits and log-softmax).
 	LogitsBytes int64 `json:"logits_bytes"`
 	TotalBytes  int64 `json:"total_bytes"`
-	Fits        bool  `json:"fits"`
+	// CollectiveBytes is what one device sends per step over ICI (ring
+	// collectives, finetune_mesh.go); CollectiveSeconds at the ICI
+	// bandwidth, added to the roofline (not overlapped).
+	CollectiveBytes   float64 `json:"collective_bytes_per_device"`
+	CollectiveSeconds float64 `json:"collective_seconds"`
+	Fits              bool    `json:"fits"`
 
 	FlopsPerDevice    float64  `json:"flops_per_device"`
 	BytesPerDevice    float64  `json:"bytes_accessed_per_device"`
@@ -135,9 +145,16 @@ type FineTuneReport struct {
 	DevicesPerChip int    `json:"devices_per_chip"`
 	Strategy       string `json:"strategy"`
 	DataParallel   int    `json:"data_parallel"`
-	SeqLen         int    `json:"seq_len"`
-	Batch          int    `json:"batch"` // sequences per step, whole slice
-	BatchPerDevice int    `json:"batch_per_device"`
+	ModelParallel  int    `json:"model_parallel"`
+	StrategyReason string `json:"strategy_reason,omitempty"` // why auto chose it
+	// TrainedParamsPerDevice is the trained elements one device stores
+	// (and its gradients and AdamW state); Undivided names the tensors a
+	// split of which the strategy's axis does not divide (kept whole).
+	TrainedParamsPerDevice int64    `json:"trained_params_per_device"`
+	Undivided              []string `json:"undivided,omitempty"`
+	SeqLen                 int      `json:"seq_len"`
+	Batch                  int      `json:"batch"` // sequences per step, whole slice
+	BatchPerDevice         int      `json:"batch_per_device"`
 
 	// ActivationElementsPerTokenLayer is activationsPerToken: the elements
 	// one decoder layer keeps per token for its backward pass.
@@ -159,10 +176,16 @@ type FineTuneReport struct {
 	PeakSource       string   `json:"peak_source"`
 	HBMBandwidth     float64  `json:"hbm_bandwidth_per_chip"`
 	BandwidthSource  string   `json:"hbm_bandwidth_source"`
+	ICIBandwidth     float64  `json:"ici_bandwidth_per_chip"` // 0: unknown, collectives not timed
+	ICISource        string   `json:"ici_bandwidth_source,omitempty"`
 	PricePerChipHour float64  `json:"price_per_chip_hour_usd,omitempty"`
 	CostPerHourUSD   *float64 `json:"cost_per_hour_usd"`
 	PriceSource      string   `json:"price_source"`
 	Notes            []string `json:"notes,omitempty"`
+
+	mesh                         ftMesh
+	baseDev, matmulDev, headDev  int64 // one device's frozen base, matrix-product and output-head elements
+	adapterDev, actPerTokenLayer int64 // one device's adapter elements; its activationsPerToken
 }
 
 // Headline is the setting the report is judged by (--remat or not).
@@ -352,37 +375,13 @@ func (o FineTuneOptions) check(c LLMConfig) (FineTuneOptions, error) {
 	if o.PricePerChipHour < 0 || math.IsNaN(o.PricePerChipHour) || math.IsInf(o.PricePerChipHour, 0) {
 		return o, invalid("plan: price %v: want a positive USD per chip-hour", o.PricePerChipHour)
 	}
-	switch o.Strategy {
-	case "", "auto", "dp":
-	default:
-		return o, &errs.UnsupportedError{What: "feature", Name: "--strategy " + o.Strategy,
-			Detail: "planning an LLM fine-tune is data parallel only (--strategy dp or auto: each device holds the whole model); tp and fsdp are not planned yet"}
-	}
 	return o, nil
 }
 
-// baseWeightBytes is the frozen base as train DIR --lora holds it.
-func baseWeightBytes(c LLMConfig, params int64, precision string) int64 {
-	switch precision {
-	case "bfloat16":
-		return 2 * params
-	case "int8":
-		// llm's int8 (llm/quant.go): the seven projections int8 with a
-		// float32 scale per output row, every other weight as loaded (float32).
-		var proj, rows int64
-		for _, m := range layerModules(c) {
-			proj += m.in * m.out
-			rows += m.out
-		}
-		proj, rows = proj*int64(c.Layers), rows*int64(c.Layers)
-		return proj + 4*rows + 4*(params-proj)
-	}
-	return 4 * params
-}
-
 // PlanFineTune plans one step of fine-tuning c (LoRA when o.LoRA is set,
-// else every weight) with AdamW on a slice. A step that does not fit is a
-// report with Fits false; errors mean it could not be planned.
+// else every weight) with AdamW on a slice, under o.Strategy (auto: each
+// strategy, keeping the fastest step that fits). A step that does not fit
+// is a report with Fits false; errors mean it could not be planned.
 func PlanFineTune(c LLMConfig, o FineTuneOptions) (*FineTuneReport, error) {
 	o, err := o.check(c)
 	if err != nil {
@@ -392,19 +391,62 @@ func PlanFineTune(c LLMConfig, o FineTuneOptions) (*FineTuneReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.Batch%t.devices != 0 {
+	meshes, err := parseFTStrategy(o.Strategy, t.devices)
+	if err != nil {
+		return nil, err
+	}
+	var best *FineTuneReport
+	var why []string
+	for _, ms := range meshes {
+		r, err := planOn(c, o, t, ms)
+		if err != nil {
+			return nil, err
+		}
+		hm := r.Headline()
+		why = append(why, fmt.Sprintf("%s: %s per device, %s, step %.3g s", ms.Strategy, fmtBytes(hm.TotalBytes),
+			map[bool]string{true: "fits", false: "does not fit"}[hm.Fits], hm.StepSeconds))
+		if best == nil || ftBetter(r, best) {
+			best = r
+		}
+	}
+	if len(meshes) > 1 {
+		best.StrategyReason = "auto chose " + best.Strategy + " (the fastest step that fits, else the smallest): " + strings.Join(why, "; ")
+	}
+	return best, nil
+}
+
+// ftBetter says whether a beats b for auto: fitting first, then the faster
+// step, then (neither fitting) the fewer bytes per device.
+func ftBetter(a, b *FineTuneReport) bool {
+	x, y := a.Headline(), b.Headline()
+	switch {
+	case x.Fits != y.Fits:
+		return x.Fits
+	case x.Fits:
+		return x.StepSeconds < y.StepSeconds
+	}
+	return x.TotalBytes < y.TotalBytes
+}
+
+// planOn plans the step on target t under one strategy.
+func planOn(c LLMConfig, o FineTuneOptions, t genTarget, ms ftMesh) (*FineTuneReport, error) {
+	if o.Batch%ms.Data != 0 {
 		return nil, &errs.InputError{Name: "--batch", Problem: "value",
-			Expected: fmt.Sprintf("a multiple of the %d devices of %s (data parallel: each device takes batch/devices sequences)", t.devices, t.name), Got: strconv.Itoa(o.Batch)}
+			Expected: fmt.Sprintf("a multiple of the data axis %d of %s under %s (each data index takes batch/%d sequences)", ms.Data, t.name, ms.Strategy, ms.Data), Got: strconv.Itoa(o.Batch)}
 	}
 	s := c.shards(1)
 	r := &FineTuneReport{Model: c, Params: s.total, MatmulParams: s.matmul, Method: "full", Optimizer: "adamw", OptimizerSlots: 2,
 		BasePrecision: o.BasePrecision, Precision: o.Precision, Slice: t.name, Generation: t.generation, Chips: t.chips,
-		Devices: t.devices, DevicesPerChip: t.perChip, Strategy: "dp", DataParallel: t.devices, SeqLen: o.SeqLen, Batch: o.Batch,
-		BatchPerDevice: o.Batch / t.devices, ActivationFormula: ActivationFormula, HBMBytesPerDevice: t.hbm, HBMSource: t.hbmSource,
+		Devices: t.devices, DevicesPerChip: t.perChip, Strategy: ms.Strategy, DataParallel: ms.Data, ModelParallel: ms.Model, SeqLen: o.SeqLen, Batch: o.Batch,
+		BatchPerDevice: o.Batch / ms.Data, ActivationFormula: ActivationFormula, HBMBytesPerDevice: t.hbm, HBMSource: t.hbmSource,
 		MemoryFraction: o.MemoryFraction, Remat: o.Remat, PeakFlopsChip: t.acc.PeakBF16.Value, PeakSource: t.acc.PeakBF16.Source,
-		HBMBandwidth: t.acc.MemoryBandwidth.Value, BandwidthSource: t.acc.MemoryBandwidth.Source}
+		HBMBandwidth: t.acc.MemoryBandwidth.Value, BandwidthSource: t.acc.MemoryBandwidth.Source, mesh: ms}
+	if ici := t.acc.Interconnect.BandwidthPerChip; ici.Known() {
+		r.ICIBandwidth, r.ICISource = ici.Value, ici.Source
+	}
 	r.Notes = append(r.Notes, t.notes...)
 	var loraSum, loraMost int64
+	var err error
 	if o.LoRA != nil {
 		if r.LoRA, loraSum, loraMost, err = adapterPlan(c, *o.LoRA); err != nil {
 			return nil, err
@@ -417,6 +459,7 @@ func PlanFineTune(c LLMConfig, o FineTuneOptions) (*FineTuneReport, error) {
 	if tooLarge(c, r, loraSum) {
 		return nil, invalid("plan: %s at --batch %d --seq-len %d: the step's bytes overflow what this plans (2^62)", c.Name, o.Batch, o.SeqLen)
 	}
+	r.split(c)
 	r.UsableBytesPerDevice = int64(math.Floor(float64(t.hbm) * o.MemoryFraction))
 	fillPrice(r, o)
 	r.WithoutRemat = r.step(c, false, loraSum, loraMost)
@@ -424,6 +467,61 @@ func PlanFineTune(c LLMConfig, o FineTuneOptions) (*FineTuneReport, error) {
 	r.fitReason()
 	r.notes(c)
 	return r, nil
+}
+
+// split counts one device's elements under r.mesh: trained, frozen base,
+// matrix-product, output head, adapters, and activations per token.
+func (r *FineTuneReport) split(c LLMConfig) {
+	base := ftTensors(c)
+	var und []string
+	r.baseDev, und = meshElems(base, r.mesh, r.LoRA == nil)
+	r.TrainedParamsPerDevice = r.baseDev
+	if r.LoRA != nil {
+		var ua []string
+		r.adapterDev, ua = meshElems(adapterTensors(c, r.LoRA), r.mesh, true)
+		r.TrainedParamsPerDevice, und = r.adapterDev, append(und, ua...)
+	}
+	r.Undivided = und
+	tp := ftMesh{Strategy: StrategyTP, Data: 1, Model: r.mesh.Model}
+	if r.mesh.Strategy != StrategyTP {
+		tp.Model = 1
+	}
+	for _, x := range base {
+		if x.matmul {
+			n, _ := meshElems([]ftTensor{x}, tp, false)
+			r.matmulDev += n
+			if x.name == "lm_head" || (c.Tied && x.name == "embed_tokens") {
+				r.headDev = n
+			}
+		}
+	}
+	r.actPerTokenLayer = r.ActivationElementsPerTokenLayer
+	if tp.Model > 1 {
+		r.actPerTokenLayer = tpActivationsPerToken(c, r.SeqLen, tp.Model)
+	}
+}
+
+// baseBytesDev is one device's frozen base with LoRA: its elements at
+// --base-precision; int8 (llm/quant.go) keeps the seven projections one
+// byte per element with a float32 scale per output row (the scales, 1-D,
+// whole on every device) and every other weight float32.
+func (r *FineTuneReport) baseBytesDev(c LLMConfig) int64 {
+	switch r.BasePrecision {
+	case "bfloat16":
+		return 2 * r.baseDev
+	case "int8":
+		tp := ftMesh{Strategy: r.mesh.Strategy, Model: r.mesh.Model}
+		var proj, rows int64
+		for _, x := range ftTensors(c) {
+			if x.matmul && x.name != "lm_head" && x.name != "embed_tokens" {
+				n, _ := meshElems([]ftTensor{x}, tp, false)
+				proj += n
+				rows += x.count * x.dims[0]
+			}
+		}
+		return proj + 4*rows + 4*(r.baseDev-proj)
+	}
+	return 4 * r.baseDev
 }
 
 // tooLarge bounds the byte counts before they are computed in int64.
@@ -441,14 +539,14 @@ func (r *FineTuneReport) step(c LLMConfig, remat bool, loraSum, loraMost int64) 
 	n := int64(r.BatchPerDevice) * int64(r.SeqLen) // tokens on the device
 	h, l := int64(c.Hidden), int64(c.Layers)
 	if r.LoRA != nil {
-		m.WeightsBytes = baseWeightBytes(c, r.Params, r.BasePrecision)
-		m.AdapterBytes = 4 * r.TrainedParams
+		m.WeightsBytes = r.baseBytesDev(c)
+		m.AdapterBytes = 4 * r.adapterDev
 	} else {
-		m.WeightsBytes = 4 * r.Params
+		m.WeightsBytes = 4 * r.baseDev
 	}
-	m.GradientBytes = 4 * r.TrainedParams
-	m.OptimizerBytes = 8 * r.TrainedParams
-	a := r.ActivationElementsPerTokenLayer
+	m.GradientBytes = 4 * r.TrainedParamsPerDevice
+	m.OptimizerBytes = 8 * r.TrainedParamsPerDevice
+	a := r.actPerTokenLayer
 	if remat {
 		// Each layer's input, and one layer's working set rebuilt in turn.
 		m.ActivationBytes = n * (l*h + a + loraMost) * ab
@@ -456,11 +554,69 @@ func (r *FineTuneReport) step(c LLMConfig, remat bool, loraSum, loraMost int64) 
 		m.ActivationBytes = n * (l*a + loraSum) * ab
 	}
 	m.ActivationBytes += n * 2 * h * ab // the final norm's and the output projection's inputs
-	m.LogitsBytes = 2 * n * int64(c.Vocab) * 4
+	m.LogitsBytes = 2 * logitRows(c, n, remat) * r.vocabDev(c) * 4
 	m.TotalBytes = m.WeightsBytes + m.AdapterBytes + m.GradientBytes + m.OptimizerBytes + m.ActivationBytes + m.LogitsBytes
 	m.Fits = m.TotalBytes <= r.UsableBytesPerDevice
+	r.collectives(c, &m, n, ab)
 	r.roofline(c, &m, n)
 	return m
+}
+
+// rematLogitElems is how many float32 logits train DIR --remat holds at
+// once: it runs the head and the loss in chunks of at most 2^22 values of
+// the whole vocabulary (16 MiB; llm/remat.go), each recomputed in the
+// backward pass.
+const rematLogitElems = 1 << 22
+
+// logitRows is the rows of logits a step holds at once: every token's
+// without remat, one chunk's with it.
+func logitRows(c LLMConfig, n int64, remat bool) int64 {
+	if !remat {
+		return n
+	}
+	return min(n, max(1, rematLogitElems/int64(c.Vocab)))
+}
+
+// vocabDev is the vocabulary one device's logits span (tp splits
+// lm_head's rows when its axis divides them).
+func (r *FineTuneReport) vocabDev(c LLMConfig) int64 {
+	if r.mesh.Strategy == StrategyTP {
+		return divIf(int64(c.Vocab), int64(r.mesh.Model))
+	}
+	return int64(c.Vocab)
+}
+
+// collectives counts what one device sends per step (ring collectives:
+// all-reduce 2(n-1)/n of the bytes, all-gather and reduce-scatter
+// (n-1)/n; https://jax-ml.github.io/scaling-book/sharding/) and times it
+// at the ICI bandwidth. dp: the trained gradients all-reduced over the
+// data axis. fsdp: the trained weights all-gathered for the forward and
+// again for the backward and their gradients reduce-scattered, 3(D-1)/D
+// of them (ZeRO stage 3, https://arxiv.org/abs/1910.02054 section 7.2.2).
+// tp: two all-reduces of [tokens, hidden] per layer forward and two
+// backward (Megatron, https://arxiv.org/abs/1909.08053 section 3), two
+// more with remat's second forward, plus the data axis's gradient
+// all-reduce of the device's trained part. LoRA's row-parallel A·x
+// reductions ([tokens, r]) are left out.
+func (r *FineTuneReport) collectives(c LLMConfig, m *FineTuneMemory, n, ab int64) {
+	d, md := float64(r.mesh.Data), float64(r.mesh.Model)
+	grads := 4 * float64(r.TrainedParamsPerDevice)
+	switch r.mesh.Strategy {
+	case StrategyFSDP:
+		m.CollectiveBytes = 3 * (d - 1) / d * 4 * float64(r.TrainedParams)
+	case StrategyTP:
+		per := 4.0
+		if m.Remat {
+			per = 6
+		}
+		m.CollectiveBytes = per * float64(c.Layers) * 2 * (md - 1) / md * float64(n*int64(c.Hidden)*ab)
+		m.CollectiveBytes += 2 * (d - 1) / d * grads
+	default:
+		m.CollectiveBytes = 2 * (d - 1) / d * grads
+	}
+	if r.ICIBandwidth > 0 {
+		m.CollectiveSeconds = m.CollectiveBytes / (r.ICIBandwidth / float64(r.DevicesPerChip))
+	}
 }
 
 // roofline fills the step's FLOPs, bytes and time per device for n tokens.
@@ -477,25 +633,35 @@ func (r *FineTuneReport) step(c LLMConfig, remat bool, loraSum, loraMost int64) 
 // writes the last three), the activations and logits written and read.
 func (r *FineTuneReport) roofline(c LLMConfig, m *FineTuneMemory, n int64) {
 	N := float64(n)
-	pm, head := float64(r.MatmulParams), float64(c.Hidden)*float64(c.Vocab)
-	attn := 2 * float64(c.Layers) * float64(c.Heads) * float64(c.HeadDim) * float64(r.SeqLen)
+	pm, head := float64(r.matmulDev), float64(r.headDev)
+	heads := float64(divIf(int64(c.Heads), int64(r.ModelParallel)))
+	attn := 2 * float64(c.Layers) * heads * float64(c.HeadDim) * float64(r.SeqLen)
 	pa, passes := 0.0, 2.0
+	read := float64(m.WeightsBytes + m.AdapterBytes) // the weights each pass reads
 	if r.LoRA != nil {
 		pa = float64(r.LoRA.AdapterParams)
+		if r.mesh.Strategy == StrategyTP {
+			pa = float64(r.adapterDev)
+		} else {
+			read = float64(m.WeightsBytes) + 4*pa // fsdp reads the gathered adapters
+		}
 		m.FlopsPerDevice = N * (4*pm + 3*attn + 6*pa)
 	} else {
 		m.FlopsPerDevice = N * (6*pm + 3*attn)
+		if r.mesh.Strategy == StrategyFSDP {
+			read = 4 * float64(r.Params)
+		}
 	}
 	if m.Remat {
 		m.FlopsPerDevice += N * (2*(pm-head) + attn + 2*pa)
 		passes = 3
 	}
-	m.BytesPerDevice = passes*float64(m.WeightsBytes+m.AdapterBytes) + 32*float64(r.TrainedParams) +
+	m.BytesPerDevice = passes*read + 32*float64(r.TrainedParamsPerDevice) +
 		2*float64(m.ActivationBytes+m.LogitsBytes)
 	perChip := float64(r.DevicesPerChip)
 	m.ComputeSeconds = m.FlopsPerDevice / (r.PeakFlopsChip / perChip)
 	m.MemorySeconds = m.BytesPerDevice / (r.HBMBandwidth / perChip)
-	m.StepSeconds = max(m.ComputeSeconds, m.MemorySeconds)
+	m.StepSeconds = max(m.ComputeSeconds, m.MemorySeconds) + m.CollectiveSeconds
 	m.Bound = "compute"
 	if m.MemorySeconds > m.ComputeSeconds {
 		m.Bound = "memory"
@@ -559,8 +725,20 @@ func (r *FineTuneReport) notes(c LLMConfig) {
 	if c.MaxPositions == 0 {
 		r.Notes = append(r.Notes, "the model's context (max_position_embeddings) is not known for --generate shapes: --seq-len is not checked against it")
 	}
-	if r.DataParallel > 1 {
-		r.Notes = append(r.Notes, fmt.Sprintf("data parallel over %d devices: every device holds the whole model and its state; the gradients' all-reduce over ICI is not counted", r.DataParallel))
+	switch {
+	case r.Strategy == StrategyFSDP:
+		r.Notes = append(r.Notes, fmt.Sprintf("fsdp over %d devices: trained tensors, gradients and AdamW state split along their first dimension %d divides, frozen tensors whole; "+
+			"the gathered weights a layer uses while it runs are not counted", r.DataParallel, r.DataParallel))
+	case r.Strategy == StrategyTP:
+		r.Notes = append(r.Notes, fmt.Sprintf("tp over a model axis of %d (data axis %d): Megatron's splits; layer inputs and the residual stream whole on every device", r.ModelParallel, r.DataParallel))
+	case r.DataParallel > 1:
+		r.Notes = append(r.Notes, fmt.Sprintf("data parallel over %d devices: every device holds the whole model and its state", r.DataParallel))
+	}
+	if len(r.Undivided) > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("kept whole (the axis does not divide the split dimension): %s", strings.Join(r.Undivided, ", ")))
+	}
+	if r.ICIBandwidth == 0 && r.Devices > 1 {
+		r.Notes = append(r.Notes, "no ICI bandwidth known for "+r.Generation+": collectives are counted in bytes but not timed")
 	}
 	if r.LoRA == nil && r.Precision == "bfloat16" {
 		r.Notes = append(r.Notes, "bfloat16 compute with float32 master weights: the bfloat16 copies the compiler may keep of weights in use are not counted")
@@ -569,7 +747,7 @@ func (r *FineTuneReport) notes(c LLMConfig) {
 		r.Notes = append(r.Notes, "float32 compute is timed at the bf16 peak; float32 matrix products run slower on TPUs")
 	}
 	r.Notes = append(r.Notes, "not counted: the backward's transient activation gradients, the compiler's workspace and code (the memory fraction's reserve covers them); "+
-		"the step is a roofline at 100% of peak, a lower bound")
+		"the step is a roofline at 100% of peak plus the collectives at 100% of ICI bandwidth, not overlapped")
 }
 
 // LoadConfigFile reads a decoder's sizes from a config.json given as a

@@ -200,8 +200,12 @@ func printFineTunePlan(w io.Writer, r *plan.FineTuneReport, ck *plan.Checkpoint)
 	} else {
 		fmt.Fprintf(w, "method     full fine-tune: %.4g parameters trained, float32 master weights\n", float64(r.TrainedParams))
 	}
-	fmt.Fprintf(w, "step       AdamW, %d sequences of %d tokens (%d per device), %s compute; slice %s: %d chips, %d devices, %s\n",
-		r.Batch, r.SeqLen, r.BatchPerDevice, r.Precision, r.Slice, r.Chips, r.Devices, r.Strategy)
+	fmt.Fprintf(w, "step       AdamW, %d sequences of %d tokens (%d per data index), %s compute; slice %s: %d chips, %d devices, %s (data %d x model %d)\n",
+		r.Batch, r.SeqLen, r.BatchPerDevice, r.Precision, r.Slice, r.Chips, r.Devices, r.Strategy, r.DataParallel, r.ModelParallel)
+	if r.StrategyReason != "" {
+		fmt.Fprintf(w, "strategy   %s\n", r.StrategyReason)
+	}
+	fmt.Fprintf(w, "trained    %d parameters, %d stored per device\n", r.TrainedParams, r.TrainedParamsPerDevice)
 	fmt.Fprintf(w, "per device %14s %14s\n", "no remat", "remat")
 	m0, m1 := r.WithoutRemat, r.WithRemat
 	for _, row := range []struct {
@@ -221,7 +225,9 @@ func printFineTunePlan(w io.Writer, r *plan.FineTuneReport, ck *plan.Checkpoint)
 	}
 	fmt.Fprintf(w, "  %-12s %12s %14s (usable %s: %.0f%% of %s HBM [%s])\n", "fit", fit(m0), fit(m1),
 		size(r.UsableBytesPerDevice), 100*r.MemoryFraction, size(r.HBMBytesPerDevice), r.HBMSource)
-	fmt.Fprintf(w, "  %-12s %12.4g %14.4g (%s-bound / %s-bound)\n", "step ms", 1e3*m0.StepSeconds, 1e3*m1.StepSeconds, m0.Bound, m1.Bound)
+	fmt.Fprintf(w, "  %-12s %12s %14s (sent per device per step over ICI)\n", "collectives", size(int64(m0.CollectiveBytes)), size(int64(m1.CollectiveBytes)))
+	fmt.Fprintf(w, "  %-12s %12.4g %14.4g (at %.4g B/s ICI per chip)\n", "coll. ms", 1e3*m0.CollectiveSeconds, 1e3*m1.CollectiveSeconds, r.ICIBandwidth)
+	fmt.Fprintf(w, "  %-12s %12.4g %14.4g (%s-bound / %s-bound, + collectives)\n", "step ms", 1e3*m0.StepSeconds, 1e3*m1.StepSeconds, m0.Bound, m1.Bound)
 	fmt.Fprintf(w, "  %-12s %12.4g %14.4g (whole slice)\n", "tokens/s", m0.TokensPerSecond, m1.TokensPerSecond)
 	fmt.Fprintf(w, "fit        %s\n", r.FitReason)
 	fmt.Fprintf(w, "roofline   per chip %.4g FLOP/s bf16 [%s], %.4g B/s HBM [%s]\n", r.PeakFlopsChip, r.PeakSource, r.HBMBandwidth, r.BandwidthSource)
@@ -247,4 +253,4 @@ func (f *ftPlanFlags) hook(fs *flag.FlagSet, train bool, a ftPlanArgs, stdout io
 }
 
 // fineTuneUsage is plan's usage line for an LLM fine-tune.
-const fineTuneUsage = "       tensorbridge plan CHECKPOINT_DIR|config.json|--generate PRESET --slice TYPE --train --seq-len N --batch B [--lora r=R,alpha=A,targets=M1,M2 [--base-precision float32|bfloat16|int8]|--full] [--remat] [--precision ...] [--memory-fraction F] [--json]"
+const fineTuneUsage = "       tensorbridge plan CHECKPOINT_DIR|config.json|--generate PRESET --slice TYPE --train --seq-len N --batch B [--lora r=R,alpha=A,targets=M1,M2 [--base-precision float32|bfloat16|int8]|--full] [--remat] [--strategy auto|dp|fsdp|tp|tp=M] [--precision ...] [--memory-fraction F] [--json]"

@@ -107,8 +107,9 @@ func TestPlanFineTuneCLIBadInput(t *testing.T) {
 		{"lora without train", []string{"plan", llama3Dir, "--slice", "v5e-1", "--lora", "r=8,alpha=16,targets=q_proj"}, "only apply with --train"},
 		{"lora and full", ft("--full", "--lora", "r=8,alpha=16,targets=q_proj"), "one or the other"},
 		{"base precision full", ft("--base-precision", "int8"), "is for LoRA"},
-		{"batch over devices", []string{"plan", llama3Dir, "--slice", "v5e-8", "--train", "--seq-len", "8", "--batch", "4"}, "multiple of the 8 devices"},
-		{"tp", ft("--strategy", "tp"), "not planned yet"},
+		{"batch over devices", []string{"plan", llama3Dir, "--slice", "v5e-8", "--train", "--seq-len", "8", "--batch", "4"}, "multiple of the data axis 8"},
+		{"unknown strategy", ft("--strategy", "zero3"), `"zero3"`},
+		{"tp not dividing", []string{"plan", llama3Dir, "--slice", "v5e-8", "--train", "--seq-len", "8", "--batch", "8", "--strategy", "tp=3"}, "divisor of the slice's 8 devices"},
 		{"sgd", ft("--optimizer", "sgd"), "AdamW"},
 		{"llm flags", ft("--context", "8"), "--context"},
 		{"missing dir", []string{"plan", "no-such-dir", "--slice", "v5e-1", "--train", "--seq-len", "8", "--batch", "1"}, "no-such-dir"},
@@ -121,5 +122,65 @@ func TestPlanFineTuneCLIBadInput(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q; want exit 2 with %q", code, errOut, c.want)
 			}
 		})
+	}
+}
+
+// TestPlanFineTuneCLIMesh: --strategy fsdp, tp=M and auto reach the plan
+// and its JSON and text: Llama 3 8B full AdamW over v5e-16 fsdp stores
+// 8030261248/16 trained parameters a device and fits with remat; tp=4 on
+// v5e-8 is a 2 x 4 mesh; auto on v5e-8 says why it chose.
+func TestPlanFineTuneCLIMesh(t *testing.T) {
+	type report struct {
+		Strategy string  `json:"strategy"`
+		Data     int     `json:"data_parallel"`
+		Model    int     `json:"model_parallel"`
+		PerDev   int64   `json:"trained_params_per_device"`
+		Reason   string  `json:"strategy_reason"`
+		Fits     bool    `json:"fits"`
+		ICI      float64 `json:"ici_bandwidth_per_chip"`
+		With     struct {
+			Coll float64 `json:"collective_bytes_per_device"`
+			Sec  float64 `json:"collective_seconds"`
+		} `json:"with_remat"`
+	}
+	base := []string{"plan", llama3Dir, "--train", "--seq-len", "1024", "--remat", "--json"}
+	cases := []struct {
+		name        string
+		args        []string
+		strategy    string
+		data, model int
+		perDev      int64
+		fits        bool
+	}{
+		{"fsdp v5e-16", []string{"--slice", "v5e-16", "--batch", "16", "--strategy", "fsdp"}, "fsdp", 16, 1, 8030261248 / 16, true},
+		{"fsdp v5e-8", []string{"--slice", "v5e-8", "--batch", "8", "--strategy", "fsdp"}, "fsdp", 8, 1, 8030261248 / 8, false},
+		{"tp=4 v5e-8", []string{"--slice", "v5e-8", "--batch", "8", "--strategy", "tp=4"}, "tp", 2, 4, (8030261248-266240)/4 + 266240, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, errOut := run(t, append(base, c.args...)...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			var r report
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			if r.Strategy != c.strategy || r.Data != c.data || r.Model != c.model || r.PerDev != c.perDev || r.Fits != c.fits {
+				t.Errorf("got %+v; want %s %dx%d per device %d fits %v", r, c.strategy, c.data, c.model, c.perDev, c.fits)
+			}
+			if r.ICI != 400e9 || r.With.Coll <= 0 || r.With.Sec != r.With.Coll/400e9 {
+				t.Errorf("collectives %+v at ICI %g", r.With, r.ICI)
+			}
+		})
+	}
+	code, out, errOut := run(t, "plan", llama3Dir, "--slice", "v5e-8", "--train", "--seq-len", "1024", "--batch", "8", "--remat")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"auto chose", "dp: ", "fsdp: ", "tp: ", "collectives", "data "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
 	}
 }
