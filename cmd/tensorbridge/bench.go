@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -262,15 +261,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runRestart(ctx, c, stdout, stderr)
 	}
 	if c.profile != "" {
-		f, err := os.Create(c.profile)
+		stop, err := startCPUProfile(c.profile)
 		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
+			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	rep, err := bench(ctx, c, stderr)
 	if err != nil {

@@ -68,6 +68,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Var(&adapters, "adapter", "checkpoint directory: serve the LoRA adapter in PATH (PEFT's files) as model NAME=PATH beside the base model (repeatable; the OpenAI \"model\" field picks it)")
 	stream := fs.Duration("stream-drain-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long running generations may go on before they are cancelled")
 	metricsPublic := fs.Bool("metrics-public", false, "with --auth-token-file, leave /metrics open")
+	profile := fs.String("cpuprofile", "", "write a Go CPU profile of the server's whole run, until it stops, to FILE (go tool pprof)")
 	var sf settingsFlags
 	addSettingsFlags(fs, &sf)
 	var mf meshFlags
@@ -202,6 +203,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			return fmt.Errorf("--grpc %s: %w", *grpcAddr, err)
 		}
+	}
+	if *profile != "" {
+		stop, err := startCPUProfile(*profile)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if err := s.Run(ctx, httpLn, grpcLn); err != nil {
 		return cliError(err)

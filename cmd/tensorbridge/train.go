@@ -13,7 +13,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -268,15 +267,11 @@ func trainCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	if f.profile != "" {
-		pf, err := os.Create(f.profile)
+		stop, err := startCPUProfile(f.profile)
 		if err != nil {
-			return usageErr("--cpuprofile: %v", err)
+			return err
 		}
-		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	if isLLM {
 		err = trainLLM(ctx, fs.Arg(0), &f, cfg, sf, stdout, stderr)
