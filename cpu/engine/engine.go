@@ -31,6 +31,12 @@
 // into one rounding; the one exception is Erf, one ulp off simplego's
 // rounding for a few inputs in 10⁹ (package vec's Erf).
 //
+// float16 and bfloat16 are storage types (f16.go, bf16.go): every op that
+// reads them computes in float32 (a matrix product accumulates in float32)
+// and its result is rounded once to the 16-bit type, to nearest even, as
+// XLA's CPU backend and PyTorch do; simplego's own bfloat16 ops, which
+// truncate, never run.
+//
 // # Faults
 //
 // A panic inside a kernel or its workers is recovered and returned as the
@@ -88,7 +94,8 @@ func (e *Engine) Capabilities() backends.Capabilities {
 	c := e.inner.Capabilities().Clone()
 	c.Operations[backends.OpTypeDynamicSlice] = true
 	c.Operations[backends.OpTypeDynamicUpdateSlice] = true
-	c.DTypes[dtypes.Float16] = true // stored as float16, computed in float32 (f16.go)
+	c.DTypes[dtypes.Float16] = true  // stored as float16, computed in float32 (f16.go)
+	c.DTypes[dtypes.BFloat16] = true // stored as bfloat16, computed in float32 (bf16.go)
 	return c
 }
 

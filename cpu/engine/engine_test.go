@@ -11,6 +11,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/backends/simplego"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/x448/float16"
 )
@@ -113,6 +114,10 @@ func newFlat(s shapes.Shape) any {
 		return make([]bool, s.Size())
 	case dtypes.Float16:
 		return make([]float16.Float16, s.Size())
+	case dtypes.BFloat16:
+		return make([]bfloat16.BFloat16, s.Size())
+	case dtypes.Uint16:
+		return make([]uint16, s.Size())
 	}
 	panic(fmt.Sprintf("newFlat: dtype %s", s.DType))
 }

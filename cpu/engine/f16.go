@@ -7,6 +7,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/x448/float16"
 
@@ -28,12 +29,13 @@ import (
 // float16 parameter or constant is a float32 parameter there, which only
 // the conversions read.
 
-// isF16 reports whether v holds float16 values.
-func isF16(v *value) bool { return v.shape().DType == dtypes.Float16 }
+// isF16 reports whether v holds float16 or bfloat16 values: the 16-bit
+// storage types (bf16.go).
+func isF16(v *value) bool { return narrowFloat(v.shape().DType) }
 
 // shadowShape is the shape a value of shape s has in the shadow builder.
 func shadowShape(s shapes.Shape) shapes.Shape {
-	if s.DType != dtypes.Float16 {
+	if !narrowFloat(s.DType) {
 		return s
 	}
 	s = s.Clone()
@@ -41,13 +43,17 @@ func shadowShape(s shapes.Shape) shapes.Shape {
 	return s
 }
 
-// viaFloat32 records op with its float16 inputs widened to float32 and its
-// float32 outputs narrowed back to float16.
+// viaFloat32 records op with its float16 or bfloat16 inputs widened to
+// float32 and its float32 outputs narrowed back to that 16-bit type.
 func (b *Builder) viaFloat32(op backends.OpType, attr any, replay replayFn, ins []*value) ([]backends.Op, error) {
 	wide := make([]backends.Op, len(ins))
+	narrow := dtypes.InvalidDType // the storage type results go back to
 	for i, v := range ins {
 		wide[i] = v
 		if isF16(v) {
+			if narrow == dtypes.InvalidDType {
+				narrow = v.shape().DType
+			}
 			w, err := b.ConvertDType(v, dtypes.Float32)
 			if err != nil {
 				return nil, err
@@ -61,7 +67,7 @@ func (b *Builder) viaFloat32(op backends.OpType, attr any, replay replayFn, ins 
 	}
 	for i, o := range outs {
 		if o.(*value).shape().DType == dtypes.Float32 {
-			if outs[i], err = b.ConvertDType(o, dtypes.Float16); err != nil {
+			if outs[i], err = b.ConvertDType(o, narrow); err != nil {
 				return nil, err
 			}
 		}
@@ -69,21 +75,27 @@ func (b *Builder) viaFloat32(op backends.OpType, attr any, replay replayFn, ins 
 	return outs, nil
 }
 
-// convertF16 records ConvertDType when x or the target is float16: float16
-// to and from float32 and float64 are native; other dtypes go through
-// float32 (exact: integers of float16's range are exact in float32, and
-// float16 widens exactly).
+// convertF16 records ConvertDType when x or the target is float16 or
+// bfloat16: those to and from float32 and float64 are native; other dtypes
+// go through float32 (exact: integers of float16's range are exact in
+// float32, and both 16-bit types widen exactly), except other dtypes to
+// bfloat16, which go through float64 (bf16.go: integers beyond 2²⁴ would
+// round twice through float32).
 func (b *Builder) convertF16(x *value, dtype dtypes.DType) (backends.Op, error) {
 	from := x.shape().DType
 	direct := func(t dtypes.DType) bool { return t == dtypes.Float32 || t == dtypes.Float64 }
-	if (from == dtypes.Float16 && direct(dtype)) || (dtype == dtypes.Float16 && direct(from)) {
+	if (narrowFloat(from) && direct(dtype)) || (narrowFloat(dtype) && direct(from)) {
 		out := x.shape().Clone()
 		out.DType = dtype
 		return b.recordShaped(backends.OpTypeConvertDType, out, func(t backends.Builder, in []backends.Op) ([]backends.Op, error) {
 			return nil, fmt.Errorf("ConvertDType %s to %s runs natively only", from, dtype)
 		}, x)
 	}
-	mid, err := b.ConvertDType(x, dtypes.Float32)
+	via := dtypes.Float32
+	if dtype == dtypes.BFloat16 && !narrowFloat(from) {
+		via = dtypes.Float64
+	}
+	mid, err := b.ConvertDType(x, via)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +108,7 @@ func convertF16Kernel(n *node) kernel {
 		return nil
 	}
 	from, to := n.in[0].shape().DType, n.shapes[0].DType
-	if from != dtypes.Float16 && to != dtypes.Float16 {
+	if !narrowFloat(from) && !narrowFloat(to) {
 		return nil
 	}
 	out := n.shapes[0]
@@ -117,10 +129,11 @@ func convertF16Kernel(n *node) kernel {
 	}
 }
 
-// convertF16Flat converts src into dst, one of them []float16.Float16 and
-// the other []float32 or []float64, in blocks over the threads.
+// convertF16Flat converts src into dst, one of them []float16.Float16 or
+// []bfloat16.BFloat16 and the other []float32 or []float64, in blocks over
+// the threads.
 func convertF16Flat(dst, src any, threads int) error {
-	var f func(lo, hi int)
+	f := bf16Converter(dst, src)
 	switch d := dst.(type) {
 	case []float16.Float16:
 		h := halves(d)
@@ -174,6 +187,8 @@ func lenOf(flat any) int {
 	case []float32:
 		return len(s)
 	case []float64:
+		return len(s)
+	case []bfloat16.BFloat16:
 		return len(s)
 	}
 	return 0

@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
 )
 
 // Constant folding: an op whose inputs are all constants is computed once,
@@ -39,9 +38,9 @@ func (c *compiler) foldable(n *node) bool {
 	if len(n.shapes) != 1 || n.op == backends.OpTypeBroadcastInDim || n.op == backends.OpTypeRNGBitGenerator {
 		return false
 	}
-	// The inner engine has no float16: its conversions run natively, at
-	// run time (f16.go).
-	if n.shapes[0].DType == dtypes.Float16 || (len(n.in) > 0 && isF16(n.in[0])) {
+	// The inner engine has no float16 (and rounds bfloat16 differently):
+	// their conversions run natively, at run time (f16.go, bf16.go).
+	if narrowFloat(n.shapes[0].DType) || (len(n.in) > 0 && isF16(n.in[0])) || isRoundBF16(n) {
 		return false
 	}
 	in := 0

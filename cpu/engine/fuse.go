@@ -32,7 +32,7 @@ func fusable(n *node) bool {
 	}
 	if n.op == backends.OpTypeConvertDType {
 		from, to := n.in[0].shape().DType, n.shapes[0].DType
-		return (from == dtypes.Float32 && to == dtypes.Bool) || (from == dtypes.Bool && to == dtypes.Float32)
+		return (from == dtypes.Float32 && to == dtypes.Bool) || (from == dtypes.Bool && to == dtypes.Float32) || isRoundBF16(n)
 	}
 	if n.op == backends.OpTypeWhere {
 		return n.in[0].shape().DType == dtypes.Bool && n.shapes[0].DType == dtypes.Float32 &&
@@ -489,6 +489,8 @@ func (c *compiler) compileRegion(rg *region) step {
 			op.un = copyReg
 			if p.n.shapes[0].DType == dtypes.Bool {
 				op.un = toBool
+			} else if isRoundBF16(p.n) {
+				op.un = roundBF16Reg // bf16.go
 			}
 		} else if un, ok := unaryOps[p.n.op]; ok {
 			op.un = un

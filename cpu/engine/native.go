@@ -43,7 +43,12 @@ func nativeKernel(e *Engine, n *node) (kernel, []*value) {
 	case backends.OpTypeSelectAndScatterMax, backends.OpTypeSelectAndScatterMin:
 		return scatterKernel(n), n.in
 	case backends.OpTypeConvertDType:
+		if isRoundBF16(n) {
+			return roundBF16Kernel(e, n), n.in
+		}
 		return convertF16Kernel(n), n.in
+	case backends.OpTypeBitcast:
+		return bitcast16Kernel(n), n.in
 	}
 	return nil, nil
 }

@@ -78,7 +78,10 @@ func (b *Builder) BatchNormGradient(operand, scale, mean, variance, gradOutput b
 
 // Bitcast records GoMLX's Bitcast.
 func (b *Builder) Bitcast(x backends.Op, targetDType dtypes.DType) (backends.Op, error) {
-	if v, err := b.val("Bitcast", x); err == nil && (isF16(v) || targetDType == dtypes.Float16) {
+	if v, err := b.val("Bitcast", x); err == nil && (isF16(v) || narrowFloat(targetDType)) {
+		if o, ok, err := b.bitcastBF16(v, targetDType); ok {
+			return o, err
+		}
 		return nil, fmt.Errorf("Bitcast %s to %s: the %s engine has no bitcast of float16 (it stores float16 and computes in float32)", v.shape().DType, targetDType, Name)
 	}
 	return b.one(backends.OpTypeBitcast, nil, func(t backends.Builder, in []backends.Op) (backends.Op, error) {
@@ -89,7 +92,7 @@ func (b *Builder) Bitcast(x backends.Op, targetDType dtypes.DType) (backends.Op,
 // BroadcastInDim records GoMLX's BroadcastInDim.
 func (b *Builder) BroadcastInDim(x backends.Op, outputShape shapes.Shape, broadcastAxes []int) (backends.Op, error) {
 	outputShape, broadcastAxes = outputShape.Clone(), slices.Clone(broadcastAxes)
-	if v, err := b.val("BroadcastInDim", x); err == nil && isF16(v) && outputShape.DType == dtypes.Float16 {
+	if v, err := b.val("BroadcastInDim", x); err == nil && isF16(v) && outputShape.DType == v.shape().DType {
 		w, err := b.ConvertDType(v, dtypes.Float32)
 		if err != nil {
 			return nil, err
@@ -98,7 +101,7 @@ func (b *Builder) BroadcastInDim(x backends.Op, outputShape shapes.Shape, broadc
 		if err != nil {
 			return nil, err
 		}
-		return b.ConvertDType(o, dtypes.Float16)
+		return b.ConvertDType(o, outputShape.DType)
 	}
 	return b.one(backends.OpTypeBroadcastInDim, axesAttr{broadcastAxes}, func(t backends.Builder, in []backends.Op) (backends.Op, error) {
 		return t.BroadcastInDim(in[0], outputShape, broadcastAxes)
@@ -132,9 +135,12 @@ func (b *Builder) ConvGeneral(input, kernel backends.Op, axes backends.ConvolveA
 
 // ConvertDType records GoMLX's ConvertDType.
 func (b *Builder) ConvertDType(x backends.Op, dtype dtypes.DType) (backends.Op, error) {
-	if v, err := b.val("ConvertDType", x); err == nil && (isF16(v) || dtype == dtypes.Float16) {
+	if v, err := b.val("ConvertDType", x); err == nil && (isF16(v) || narrowFloat(dtype)) {
 		if v.shape().DType == dtype {
 			return x, nil
+		}
+		if o, ok, err := b.roundTripBF16(v, dtype); ok {
+			return o, err
 		}
 		return b.convertF16(v, dtype)
 	}
@@ -256,12 +262,12 @@ func (b *Builder) Gather(operand, startIndices backends.Op, indexVectorAxis int,
 // Iota records GoMLX's Iota.
 func (b *Builder) Iota(shape shapes.Shape, iotaAxis int) (backends.Op, error) {
 	shape = shape.Clone()
-	if shape.DType == dtypes.Float16 {
+	if narrowFloat(shape.DType) {
 		o, err := b.Iota(shadowShape(shape), iotaAxis)
 		if err != nil {
 			return nil, err
 		}
-		return b.ConvertDType(o, dtypes.Float16)
+		return b.ConvertDType(o, shape.DType)
 	}
 	return b.one(backends.OpTypeIota, nil, func(t backends.Builder, in []backends.Op) (backends.Op, error) {
 		return t.Iota(shape, iotaAxis)
