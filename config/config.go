@@ -7,8 +7,7 @@
 // set"); Resolve fills each unset field from the target device and says,
 // field by field, where every effective value came from. Out-of-range values
 // are errors, not clamps. (The Python system this project re-imagines
-// silently replaced user values with its own; see
-// shared/docs/reference/torchbridge-review.md §3.2.)
+// silently replaced user values with its own defaults.)
 package config
 
 import (

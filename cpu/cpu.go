@@ -13,12 +13,13 @@
 //
 // simplego raises some failures as panics, and in its default parallel mode
 // it raises them inside worker goroutines, where no caller can recover them
-// and the process dies (shared/docs/reference/go-dependencies.md §1.3). This
+// and the process dies (an unsupported dtype reached at run time did so). This
 // backend therefore runs simplego with "ops_sequential", so ops run on the
 // calling goroutine where package tensorbridge recovers them, and it
 // implements driver.GraphChecker to refuse dtypes the engine cannot
 // execute (complex, 8-bit floats; Float16 too under engine=simplego; the
-// engine stores Float16 and computes it in float32) before anything runs. Large matrix
+// engine stores Float16 and BFloat16 and computes them in float32) before
+// anything runs. Large matrix
 // products and element-wise ops still use simplego's worker pool inside an op.
 //
 // # Backward ops

@@ -4,8 +4,8 @@
 //
 // GoMLX's own float32 to bfloat16 conversion truncates (it keeps the top 16
 // bits), which differs from XLA in the last bit on about half of all values
-// and turns some NaNs into infinities (shared/docs/reference/
-// go-dependencies.md §3.2). Model preparation converts weights and inputs
+// and turns some NaNs into infinities (bfloat16.FromFloat32 in GoMLX
+// v0.26.0's pkg/core/dtypes/bfloat16). Model preparation converts weights and inputs
 // with these functions instead, so a model cast on the host matches what the
 // device would have computed.
 package precision
