@@ -35,6 +35,8 @@ race_root='Concurrent|Close|Closed|Compile|Timeout|Leaves|Bucket|Warmup|DiskCach
 CGO_ENABLED=1 go test -race -short -count=1 -timeout 20m -run "$race_root" "$@" .
 TENSORBRIDGE_TEST_BACKEND=xla-cpu CGO_ENABLED=1 go test -race -short -count=1 -timeout 20m -run "$race_root" "$@" .
 CGO_ENABLED=1 go test -race -short -count=1 -timeout 20m "$@" ./cache ./pjrt ./internal/capi ./cpu/...
+echo "== go test -tags purego (the cpu engine on its pure-Go kernels, as on an ISA without assembly)"
+CGO_ENABLED=0 go test -tags purego -count=1 -timeout 20m "$@" ./cpu/...
 echo "== plan: 7B and 70B decoders on v5e, v5p and v6e slices (libtpu, no TPU; a few minutes)"
 TB_PLAN_LARGE=1 CGO_ENABLED=0 go test -count=1 -timeout 20m -run TestPlanLlama "$@" ./plan/
 echo "== serve e2e (tritonclient over HTTP and gRPC)"; scripts/serve-e2e.sh
