@@ -24,6 +24,7 @@ import (
 	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/ir"
 	"github.com/tensorbridge/tensorbridge/onnx"
+	"github.com/tensorbridge/tensorbridge/train"
 )
 
 // Batch tensor names a FineTune takes: token ids [B, T] int32 and labels
@@ -356,6 +357,9 @@ func (f *FineTune) TrainLoss(g *ir.Graph, trained, constants []*ir.Node, batch m
 		}
 	}
 	if f.Remat && training {
+		if !train.RematSupported() {
+			return nil, &errs.UnsupportedError{What: "feature", Name: "--remat", Detail: "this GoMLX's graph nodes lack the fields train.Remat sets (it was built for v0.26.0)"}
+		}
 		w.remat = map[*Node]bool{}
 		for _, n := range trained {
 			w.remat[n] = true

@@ -94,6 +94,16 @@ func rematGradients(fn RematFunc, in []*graph.Node, v *graph.Node) []*graph.Node
 	return graph.Gradient(graph.ReduceAllSum(graph.Mul(y, v)), copies...)
 }
 
+// RematSupported says whether this GoMLX's Node has the fields Remat
+// sets, so that Remat saves memory (without them it computes the plain
+// graph): callers asked for remat refuse to run without it.
+func RematSupported() bool {
+	t := reflect.TypeOf(graph.Node{})
+	v, okV := t.FieldByName("customVJP")
+	in, okIn := t.FieldByName("inputNodes")
+	return okV && okIn && v.Type == reflect.TypeOf(graph.VJP(nil)) && in.Type == reflect.TypeOf([]*graph.Node(nil))
+}
+
 // setNodeField sets GoMLX's unexported Node field name to val; false when
 // the field is missing or of another type.
 func setNodeField(n *graph.Node, name string, val any) bool {

@@ -19,6 +19,9 @@ import (
 // intermediates; with a block's bias left out of the recomputation's
 // gradients the values differ.
 func TestRemat(t *testing.T) {
+	if !RematSupported() {
+		t.Fatal("RematSupported: GoMLX's Node lacks the fields Remat sets")
+	}
 	eng, err := simplego.New("ops_sequential")
 	if err != nil {
 		t.Fatal(err)

@@ -94,6 +94,8 @@ func (f *trainFlags) checkLLM() error {
 		return usageErr("--merge is for LoRA (a full fine-tune always writes a whole checkpoint)")
 	case f.freeze != "" && !l.full:
 		return usageErr("--freeze is for --full: LoRA trains its adapters only")
+	case l.remat && !train.RematSupported():
+		return usageErr("--remat: this build's GoMLX graph nodes lack the fields train.Remat sets (it was built for v0.26.0)")
 	case f.set["loss"] && f.loss != "causal_lm":
 		return usageErr("--loss for a checkpoint directory is causal_lm (transformers' causal-LM loss), got %q", f.loss)
 	}
