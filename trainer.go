@@ -118,6 +118,9 @@ type StepResult struct {
 type TrainStats struct {
 	Trained, Frozen                 int   // tensors
 	TrainedElements, FrozenElements int64 // parameters
+	// Whole: with --strategy tp, the tensors the model axis divides none
+	// of the dimensions of, kept whole on every device, each with why.
+	Whole []string
 }
 
 // NewTrainer prepares to train m with cfg: it selects the trainable
@@ -355,6 +358,9 @@ func (t *Trainer) checkGradientsEarly() error {
 // Stats counts the trained and frozen weights.
 func (t *Trainer) Stats() TrainStats {
 	s := TrainStats{Trained: len(t.params), Frozen: t.frozen, FrozenElements: t.frozenElems}
+	if t.mesh != nil {
+		s.Whole = t.mesh.whole
+	}
 	for _, p := range t.params {
 		s.TrainedElements += int64(p.Shape.Size())
 	}

@@ -51,6 +51,8 @@ type trainMesh struct {
 	// constSplits (per constant) is how a Trainable's constants lie over
 	// the mesh: replicated, or with tp as TrainSplitter says.
 	constSplits []shard.Plan
+	// whole: a TrainSplitter's notes on the tensors tp keeps whole.
+	whole []string
 	// strategy is "dp" (also ""), "fsdp" or "tp"; splits (per stored
 	// argument) is how each weight and its state lie over the mesh.
 	strategy string
@@ -158,7 +160,8 @@ func (t *Trainer) sourceSplits() ([]shard.Plan, error) {
 	if tm.strategy != "tp" || !ok {
 		return nil, nil
 	}
-	trained, consts, _ := sp.TrainSplits(tm.mesh.Model)
+	trained, consts, notes := sp.TrainSplits(tm.mesh.Model)
+	tm.whole = notes
 	bad := len(trained) != len(t.params) || len(consts) != len(t.consts)
 	for i := 0; !bad && i < len(trained); i++ {
 		bad = len(trained[i]) != t.params[i].Shape.Rank()

@@ -455,6 +455,9 @@ func (l *trainLoop) run(ctx context.Context) error {
 	}
 	fmt.Fprintf(l.stdout, "training %d tensors (%d parameters), freezing %d tensors (%d parameters); %s, batch %d x %d, %s\n",
 		st.Trained, st.TrainedElements, st.Frozen, st.FrozenElements, l.cfg.Optimizer.Kind, l.cfg.Batch, max(1, l.cfg.GradAccum), steps)
+	for _, w := range st.Whole {
+		fmt.Fprintf(l.stdout, "tp: %s\n", w)
+	}
 	if l.f.logJSON != "" {
 		fl, err := os.OpenFile(l.f.logJSON, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {

@@ -88,6 +88,33 @@ func TestTrainLLMBadInput(t *testing.T) {
 	}
 }
 
+// TestTrainLLMTPWhole: with a model axis that divides none of a tensor's
+// dimensions (3 devices, hidden size 64), tp keeps it whole on every device
+// and train says so, tensor by tensor, instead of replicating it silently;
+// the run still trains. Proved by dropping the lines: the test fails.
+func TestTrainLLMTPWhole(t *testing.T) {
+	b, err := tensorbridge.Open(context.Background(), "xla-cpu:devices=3")
+	if err != nil {
+		testreq.Skipf(t, "xla-cpu: %v", err)
+	}
+	b.Close()
+	base, _ := llmFixture(t, "llama")
+	code, stdout, stderr := run(t, "train", base, "--data", filepath.Join("..", "..", "llm", "sft", "testdata", "text.jsonl"),
+		"--seq-len", "32", "--batch", "2", "--steps", "1", "--lora", "r=4,alpha=8,targets=q_proj,v_proj",
+		"--backend", "xla-cpu:devices=3", "--mesh", "data=1,model=3", "--strategy", "tp")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{
+		"tp: model.layers.0.self_attn.q_proj.weight: dimension 0 (64) is not a multiple of 3; replicated",
+		"tp: base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight: dimension 0 (32) is not a multiple of 3; replicated",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
 // TestTrainONNXRefusesLLMFlags: a checkpoint directory's flags given for
 // an ONNX model are a usage error naming the flag, not ignored (they were
 // before: --remat and --lora trained the model without either).
