@@ -323,31 +323,38 @@ func (t *fusedRun) tiles(lo, hi int) {
 			regs[i] = f.loads[i].read(w, i, t.srcs[i], idx, n, scratch[i*tile:(i+1)*tile])
 		}
 		out := offset(idx, f.outSt)
-		for _, op := range f.ops {
-			d := scratch[op.dst*tile : op.dst*tile+n]
-			if len(op.outputs) > 0 {
-				if dst, ok := t.dsts[op.outputs[0]].([]float32); ok {
-					d = dst[out : out+n]
-				}
-			}
-			a := op.args
-			switch {
-			case op.un != nil:
-				op.un(d, regs[a[0]])
-			case op.bin != nil:
-				op.bin(d, regs[a[0]], regs[a[1]])
-			default:
-				op.ter(d, regs[a[0]], regs[a[1]], regs[a[2]])
-			}
-			regs[op.dst] = d
-			for _, o := range op.outputs {
-				t.write(o, out, d)
+		t.ops(regs, scratch, out, n)
+	}
+}
+
+// ops runs the region's ops over the n values of a tile whose loads are
+// in regs, writing at offset out of the outputs (tiles and groups).
+func (t *fusedRun) ops(regs [][]float32, scratch []float32, out, n int) {
+	f := t.f
+	for _, op := range f.ops {
+		d := scratch[op.dst*tile : op.dst*tile+n]
+		if len(op.outputs) > 0 {
+			if dst, ok := t.dsts[op.outputs[0]].([]float32); ok {
+				d = dst[out : out+n]
 			}
 		}
-		for i, os := range f.loadOut {
-			for _, o := range os {
-				t.write(o, out, regs[i][:n])
-			}
+		a := op.args
+		switch {
+		case op.un != nil:
+			op.un(d, regs[a[0]])
+		case op.bin != nil:
+			op.bin(d, regs[a[0]], regs[a[1]])
+		default:
+			op.ter(d, regs[a[0]], regs[a[1]], regs[a[2]])
+		}
+		regs[op.dst] = d
+		for _, o := range op.outputs {
+			t.write(o, out, d)
+		}
+	}
+	for i, os := range f.loadOut {
+		for _, o := range os {
+			t.write(o, out, regs[i][:n])
 		}
 	}
 }

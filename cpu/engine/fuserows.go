@@ -31,32 +31,7 @@ func (t *fusedRun) groups(lo, hi int) {
 			regs[i] = f.loads[i].readRows(t.srcs[i], idx, w.idx2, f.dims, rows, scratch[i*tile:i*tile+n])
 		}
 		out := offset(idx, f.outSt)
-		for _, op := range f.ops {
-			d := scratch[op.dst*tile : op.dst*tile+n]
-			if len(op.outputs) > 0 {
-				if dst, ok := t.dsts[op.outputs[0]].([]float32); ok {
-					d = dst[out : out+n]
-				}
-			}
-			a := op.args
-			switch {
-			case op.un != nil:
-				op.un(d, regs[a[0]])
-			case op.bin != nil:
-				op.bin(d, regs[a[0]], regs[a[1]])
-			default:
-				op.ter(d, regs[a[0]], regs[a[1]], regs[a[2]])
-			}
-			regs[op.dst] = d
-			for _, o := range op.outputs {
-				t.write(o, out, d)
-			}
-		}
-		for i, os := range f.loadOut {
-			for _, o := range os {
-				t.write(o, out, regs[i][:n])
-			}
-		}
+		t.ops(regs, scratch, out, n)
 	}
 }
 
