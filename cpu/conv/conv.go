@@ -63,6 +63,9 @@ func PackKernel(p *ConvParams, kernel []float32) ([]float32, error) {
 // Float32Packed is Float32 with a kernel packed by PackKernel for the same
 // p; the kernel strides in p are ignored.
 func Float32Packed(p *ConvParams, packed, in, out []float32, threads int) error {
+	if err := p.validatePost(); err != nil {
+		return err
+	}
 	if err := p.validateShape(); err != nil {
 		return err
 	}
@@ -165,12 +168,15 @@ func run(q *ConvParams, kl kernelLayout, in, out []float32, threads int) error {
 	}
 	if g.k == 0 {
 		zeroOutput(q, out)
+		if q.Post != nil {
+			applyPost(q, out)
+		}
 		return nil
 	}
 	threads = parallel.Threads(threads)
 	if g.cg == 1 && q.Groups > 1 {
 		if q.InChanStride == 1 && q.OutChanStride == 1 {
-			return depthwiseLast(q, g, kl, in, out, threads)
+			return afterwards(q, out, threads, func(q *ConvParams) error { return depthwiseLast(q, g, kl, in, out, threads) })
 		}
 		return depthwise(q, g, kl, in, out, threads)
 	}

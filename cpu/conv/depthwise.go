@@ -36,6 +36,9 @@ type depthwiseWorkspace struct {
 // output channels.
 func depthwise(q *ConvParams, g *geometry, kl kernelLayout, in, out []float32, threads int) error {
 	pl := &depthwisePlan{q: q, g: g, kl: kl, rows: prod(g.outerOut), fast: newDWPlanes(q, g, kl, dwActive)}
+	if q.Post != nil && (pl.fast == nil || q.OutSpatialStrides[g.n-1] != 1) {
+		return afterwards(q, out, threads, func(q *ConvParams) error { return depthwise(q, g, kl, in, out, threads) })
+	}
 	for _, k := range g.taps {
 		off := 0
 		for d, x := range k {

@@ -65,12 +65,16 @@ func (f *dwPlanes) block(pl *depthwisePlan, ws *depthwiseWorkspace, in, out []fl
 	if pl.g.og == 1 && osx == 1 {
 		d.planes(out[outB+o0*q.OutChanStride:], osy, q.OutChanStride,
 			in[inB+o0*q.InChanStride:], q.InChanStride, f.w[o0*kk:], *ws.buf, o1-o0)
+		for o := o0; o < o1; o++ { // the epilogue on the planes just written
+			f.post(q, out[outB+o*q.OutChanStride:], o)
+		}
 		return
 	}
 	for o := o0; o < o1; o++ {
 		ib, ob := inB+o/pl.g.og*q.InChanStride, outB+o*q.OutChanStride
 		if osx == 1 {
 			d.planes(out[ob:], osy, 0, in[ib:], 0, f.w[o*kk:], *ws.buf, 1)
+			f.post(q, out[ob:], o)
 			continue
 		}
 		p := *ws.plane
@@ -78,5 +82,21 @@ func (f *dwPlanes) block(pl *depthwisePlan, ws *depthwiseWorkspace, in, out []fl
 		for y := range d.outH {
 			pl.store(out, ob+y*osy, osx, p[y*d.n:(y+1)*d.n])
 		}
+	}
+}
+
+// post applies q.Post to output channel o's plane at the start of out
+// (x stride 1): in one pass when its rows are contiguous.
+func (f *dwPlanes) post(q *ConvParams, out []float32, o int) {
+	if q.Post == nil {
+		return
+	}
+	d, osy := &f.shape, q.OutSpatialStrides[0]
+	if osy == d.n {
+		q.Post.Row(out[:d.outH*d.n], o)
+		return
+	}
+	for y := range d.outH {
+		q.Post.Row(out[y*osy:y*osy+d.n], o)
 	}
 }

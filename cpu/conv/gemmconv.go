@@ -47,6 +47,8 @@ type gemmPlan struct {
 	outFlat     int // output stride between consecutive positions (outCols)
 	tile, tiles int
 	gemmThreads int
+	posts       []*gemm.Post // each group's epilogue (outRows only)
+	cache       *KernelCache // the kernel's packed slivers, or nil
 }
 
 // gemmWorkspace is one worker's scratch.
@@ -62,10 +64,22 @@ type gemmWorkspace struct {
 func gemmConv(q *ConvParams, g *geometry, kl kernelLayout, in, out []float32, threads int) error {
 	w, packed := kl.matrix(q, g)
 	defer putFloats(packed)
-	pl := &gemmPlan{q: q, g: g, w: w, minor: channelMinor(q)}
+	pl := &gemmPlan{q: q, g: g, w: w, minor: channelMinor(q), cache: q.Cache}
+	if packed != nil {
+		pl.cache = nil // a copy made for this call: nothing to keep
+	}
 	pl.direct, pl.inFlat = directInput(q)
 	pl.mode, pl.outFlat = outputMode(q, g)
+	if q.Post != nil && pl.mode != outRows {
+		return afterwards(q, out, threads, func(q *ConvParams) error { return gemmConv(q, g, kl, in, out, threads) })
+	}
 	pl.chooseTile(threads)
+	if q.Post != nil {
+		pl.posts = make([]*gemm.Post, q.Groups)
+		for grp := range pl.posts {
+			pl.posts[grp] = groupPost(q, grp, g.og)
+		}
+	}
 	tasks := q.Batch * pl.tiles
 	pl.gemmThreads = max(1, threads/min(threads, tasks))
 	return forTasks(tasks, threads, pl.newWorkspace, pl.release, func(ws *gemmWorkspace, i int) error {
@@ -148,7 +162,12 @@ func (pl *gemmPlan) task(ws *gemmWorkspace, in, out []float32, b, t0 int) error 
 		x := pl.patches(ws, in, b, grp, t0, tn)
 		w := pl.w
 		w.Data = w.Data[grp*g.og*w.RowStride:]
-		if err := pl.multiply(ws, w, x, out, b*q.OutBatchStride+grp*g.og*q.OutChanStride, t0, tn); err != nil {
+		var post *gemm.Post
+		if pl.posts != nil {
+			post = pl.posts[grp]
+		}
+		o := gemm.Options{Post: post, A: pl.cache.group(grp, q.Groups)}
+		if err := pl.multiply(ws, w, x, out, o, b*q.OutBatchStride+grp*g.og*q.OutChanStride, t0, tn); err != nil {
 			return err
 		}
 	}
@@ -173,17 +192,17 @@ func (pl *gemmPlan) patches(ws *gemmWorkspace, in []float32, b, grp, t0, tn int)
 
 // multiply computes C = W·X for one tile into the output at base (the
 // image's and group's first output channel).
-func (pl *gemmPlan) multiply(ws *gemmWorkspace, w, x gemm.Matrix, out []float32, base, t0, tn int) error {
+func (pl *gemmPlan) multiply(ws *gemmWorkspace, w, x gemm.Matrix, out []float32, o gemm.Options, base, t0, tn int) error {
 	q, g := pl.q, pl.g
 	switch pl.mode {
 	case outRows:
-		return gemm.Sgemm(g.og, tn, g.k, w, x, out[base+t0:], ldc(g.og, tn, q.OutChanStride), false, pl.gemmThreads)
+		return gemm.SgemmWith(g.og, tn, g.k, w, x, out[base+t0:], ldc(g.og, tn, q.OutChanStride), o, pl.gemmThreads)
 	case outCols:
 		return gemm.Sgemm(tn, g.og, g.k, transpose(x), transpose(w), out[base+t0*pl.outFlat:],
 			ldc(tn, g.og, pl.outFlat), false, pl.gemmThreads)
 	}
 	tmp := (*ws.c)[:g.og*tn]
-	if err := gemm.Sgemm(g.og, tn, g.k, w, x, tmp, tn, false, pl.gemmThreads); err != nil {
+	if err := gemm.SgemmWith(g.og, tn, g.k, w, x, tmp, tn, gemm.Options{A: o.A}, pl.gemmThreads); err != nil {
 		return err
 	}
 	offs := ws.off[:tn]

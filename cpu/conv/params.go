@@ -9,6 +9,8 @@ package conv
 import (
 	"fmt"
 	"slices"
+
+	"github.com/tensorbridge/tensorbridge/cpu/gemm"
 )
 
 // ConvParams describes one convolution: the logical sizes, XLA's window
@@ -42,12 +44,25 @@ type ConvParams struct {
 	OutBatchStride            int
 	OutChanStride             int
 	OutSpatialStrides         []int
+
+	// Post (nil: none) is applied to every output, with Post.Bias one
+	// value per output channel: the bias and ReLU or clip that follow the
+	// convolution, run on each block of output while it is in cache
+	// instead of as passes of their own (post.go).
+	Post *gemm.Post
+	// Cache (nil: none) keeps work derived from the kernel between calls:
+	// set it only when every call with these params passes the same,
+	// unchanged kernel.
+	Cache *KernelCache
 }
 
 // Validate checks p against slices of the given lengths and returns an
 // error naming the first offending field with the expected and actual
 // values. Slices may be longer than the region they describe (views).
 func (p *ConvParams) Validate(inLen, kerLen, outLen int) error {
+	if err := p.validatePost(); err != nil {
+		return err
+	}
 	if err := p.validateShape(); err != nil {
 		return err
 	}

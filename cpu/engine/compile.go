@@ -105,6 +105,7 @@ func (c *compiler) compile(outs []*value) (*plan, error) {
 		return nil, err
 	}
 	c.choose()
+	c.convPosts(outs)
 	live := c.reachable(outs)
 	for _, n := range c.b.nodes {
 		c.base[n.id] = -1

@@ -36,6 +36,7 @@ func convKernelPkg(e *Engine, n *node, a convAttr) (kernel, []*value) {
 			if perr != nil {
 				return nil, nil
 			}
+			p.Cache = new(conv.KernelCache) // the same packed kernel at every run
 			return func(r *run, ins []backends.Buffer) ([]backends.Buffer, error) {
 				return runConvPkg(r, ins[0], nil, packed, p, out)
 			}, n.in[:1]

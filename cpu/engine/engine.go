@@ -29,7 +29,11 @@
 // within float32 rounding, not bit for bit. Fused element-wise regions
 // (fuse.go) round every op as simplego does, so no Mul+Add is contracted
 // into one rounding; the one exception is Erf, one ulp off simplego's
-// rounding for a few inputs in 10⁹ (package vec's Erf).
+// rounding for a few inputs in 10⁹ (package vec's Erf). A 1×1 or
+// depthwise convolution's bias and ReLU or clip run inside the
+// convolution, on each block of its output while it is in cache
+// (convpost.go), still as three roundings in the graph's order: no fusion
+// here contracts two ops into one rounding.
 //
 // float16 and bfloat16 are storage types (f16.go, bf16.go): every op that
 // reads them computes in float32 (a matrix product accumulates in float32)

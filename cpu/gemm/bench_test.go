@@ -34,7 +34,7 @@ func BenchmarkSgemm(b *testing.B) {
 					c := make([]float32, s.m*s.n)
 					b.ReportAllocs()
 					for b.Loop() {
-						if err := sgemm(kern, s.m, s.n, s.k, A, B, c, s.n, false, threads); err != nil {
+						if err := sgemm(kern, s.m, s.n, s.k, A, B, c, s.n, false, Options{}, threads); err != nil {
 							b.Fatal(err)
 						}
 					}

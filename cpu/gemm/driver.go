@@ -21,9 +21,11 @@ type plan struct {
 	c          []float32
 	ldc        int
 	accumulate bool
-	kc, mc, nc int  // block sizes for this call, ≤ the kernel's
-	tm, tn     int  // workers: tm row ranges × tn column ranges of a panel
-	bInPlace   bool // the kernel reads B's full slivers where they lie
+	post       *Post     // applied to each block after the last panel in k
+	apacked    []float32 // A already packed (APack), or nil
+	kc, mc, nc int       // block sizes for this call, ≤ the kernel's
+	tm, tn     int       // workers: tm row ranges × tn column ranges of a panel
+	bInPlace   bool      // the kernel reads B's full slivers where they lie
 }
 
 // panel is one kcur×ncur panel of B, at row pc and column jc; add says
@@ -40,8 +42,8 @@ const inPlaceSlivers = 2
 
 // newPlan sizes the blocks for an m×n×k product (k ≥ 1) and picks the
 // grid of workers.
-func newPlan(kern *microKernel, m, n, k int, a, b Matrix, c []float32, ldc int, accumulate bool, threads int) plan {
-	p := plan{kern: kern, m: m, n: n, k: k, a: a, b: b, c: c, ldc: ldc, accumulate: accumulate}
+func newPlan(kern *microKernel, m, n, k int, a, b Matrix, c []float32, ldc int, accumulate bool, post *Post, threads int) plan {
+	p := plan{kern: kern, m: m, n: n, k: k, a: a, b: b, c: c, ldc: ldc, accumulate: accumulate, post: post}
 	p.bInPlace = b.ColStride == 1 && b.RowStride >= kern.nr && ceilDiv(m, kern.mr) <= inPlaceSlivers
 	kcMax := kern.kc
 	if p.bInPlace {
@@ -110,7 +112,10 @@ func grid(threads, m, nc, mr, nr int) (tm, tn int) {
 // turns a panic into an error as the workers' parallel.For does. For may
 // run several workers' shares on one goroutine, one after the other, so
 // the workers never wait for each other inside a For.
-func (p *plan) run(ws *workspace) error {
+func (p *plan) run(ws *workspace, apack *APack) error {
+	if apack != nil {
+		p.apacked = apack.packed(p)
+	}
 	workers := p.tm * p.tn
 	if workers == 1 {
 		return parallel.Run(func() {
@@ -158,12 +163,10 @@ func (p *plan) panels() iter.Seq[panel] {
 // work is worker w's share of one packed panel: its range of rows of C,
 // mc at a time, against its range of the panel's slivers.
 func (p *plan) work(ws *workspace, w int, pn panel) {
-	mr := p.kern.mr
 	i0, i1, s0, s1 := p.share(w, pn)
 	for ic := i0; ic < i1; ic += p.mc {
 		mcur := min(p.mc, i1-ic)
-		packA(ws.a[w], p.a, ic, mcur, pn.pc, pn.kcur, mr)
-		p.macro(ws.a[w], ws.b, ws.t[w], pn, ic, mcur, s0, s1)
+		p.macro(p.aBlock(ws.a[w], ic, mcur, pn), ws.b, ws.t[w], pn, ic, mcur, s0, s1)
 	}
 }
 
@@ -186,6 +189,10 @@ func (p *plan) share(w int, pn panel) (i0, i1, s0, s1 int) {
 func (p *plan) macro(ap, bp, tmp []float32, pn panel, ic, mcur, s0, s1 int) {
 	kern, kc, ldc := p.kern, pn.kcur, p.ldc
 	mr, nr := kern.mr, kern.nr
+	post := p.post
+	if pn.pc+pn.kcur < p.k {
+		post = nil // C is final only after the last panel in k
+	}
 	for s := s0; s < s1; s++ {
 		bs, ldb := p.sliver(bp, pn, s)
 		nv := min(nr, pn.ncur-s*nr)
@@ -200,6 +207,8 @@ func (p *plan) macro(ap, bp, tmp []float32, pn panel, ic, mcur, s0, s1 int) {
 			kern.tile(kc, as, bs, ldb, tmp, nr, false)
 			copyTile(c, ldc, tmp, nr, mv, nv, pn.add)
 		}
+		// The epilogue on this column of tiles, while it is in L1.
+		post.block(p.c, ldc, ic, pn.jc+s*nr, mcur, nv)
 	}
 }
 

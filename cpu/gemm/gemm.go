@@ -40,13 +40,13 @@ func Sgemm(m, n, k int, a, b Matrix, c []float32, ldc int, accumulate bool, thre
 		if err := validate(m, n, k, a, b, c, ldc); err != nil {
 			return err
 		}
-		return tiledSgemm(m, n, k, a, b, c, ldc, accumulate, threads)
+		return tiledSgemm(m, n, k, a, b, c, ldc, accumulate, nil, threads)
 	}
-	return sgemm(active, m, n, k, a, b, c, ldc, accumulate, threads)
+	return sgemm(active, m, n, k, a, b, c, ldc, accumulate, Options{}, threads)
 }
 
 // sgemm is Sgemm on the given micro-kernel (tests run each one).
-func sgemm(kern *microKernel, m, n, k int, a, b Matrix, c []float32, ldc int, accumulate bool, threads int) error {
+func sgemm(kern *microKernel, m, n, k int, a, b Matrix, c []float32, ldc int, accumulate bool, o Options, threads int) error {
 	if err := validate(m, n, k, a, b, c, ldc); err != nil {
 		return err
 	}
@@ -59,11 +59,12 @@ func sgemm(kern *microKernel, m, n, k int, a, b Matrix, c []float32, ldc int, ac
 				clear(c[i*ldc : i*ldc+n])
 			}
 		}
+		o.Post.block(c, ldc, 0, 0, m, n)
 		return nil
 	}
-	ws := getWorkspace(newPlan(kern, m, n, k, a, b, c, ldc, accumulate, threads))
+	ws := getWorkspace(newPlan(kern, m, n, k, a, b, c, ldc, accumulate, o.Post, threads))
 	defer putWorkspace(ws)
-	return ws.plan.run(ws)
+	return ws.plan.run(ws, o.A)
 }
 
 // validate checks the sizes and that every element the strides reach lies

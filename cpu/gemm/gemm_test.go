@@ -88,7 +88,7 @@ func newProblem(rng *rand.Rand, m, n, k int, la, lb layout, acc bool, threads in
 func (p problem) run(t testing.TB, kern *microKernel) []float32 {
 	t.Helper()
 	c := append([]float32(nil), p.c0...)
-	err := sgemm(kern, p.m, p.n, p.k, store(p.a, p.m, p.k, p.la), store(p.b, p.k, p.n, p.lb), c, p.ldc, p.acc, p.threads)
+	err := sgemm(kern, p.m, p.n, p.k, store(p.a, p.m, p.k, p.la), store(p.b, p.k, p.n, p.lb), c, p.ldc, p.acc, Options{}, p.threads)
 	if err != nil {
 		t.Fatalf("%v on %s: %v", p, kern.name, err)
 	}
@@ -374,7 +374,7 @@ func TestSgemmWorkerPanic(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	p := newProblem(rng, 64, 64, 64, rowMajor, rowMajor, false, 2)
 	c := append([]float32(nil), p.c0...)
-	err := sgemm(&bad, p.m, p.n, p.k, store(p.a, p.m, p.k, p.la), store(p.b, p.k, p.n, p.lb), c, p.ldc, false, 2)
+	err := sgemm(&bad, p.m, p.n, p.k, store(p.a, p.m, p.k, p.la), store(p.b, p.k, p.n, p.lb), c, p.ldc, false, Options{}, 2)
 	var pe *parallel.PanicError
 	if !errors.As(err, &pe) || pe.Value != "injected kernel fault" {
 		t.Fatalf("got %v, want the worker's panic", err)
@@ -390,7 +390,7 @@ func TestSgemmAllocs(t *testing.T) {
 	c := make([]float32, n*n)
 	for _, x := range []struct{ threads, most int }{{1, 0}, {2, 16}} {
 		allocs := testing.AllocsPerRun(20, func() {
-			if err := sgemm(active, n, n, n, a, a, c, n, false, x.threads); err != nil {
+			if err := sgemm(active, n, n, n, a, a, c, n, false, Options{}, x.threads); err != nil {
 				t.Fatal(err)
 			}
 		})

@@ -44,7 +44,7 @@ const rowBlock = 8
 // of an im2col convolution, a transposed weight) in place, and measured
 // faster than the packed path on the products of convolutions and of
 // sequence-length encoders (BENCHMARKS.md, "The embedded cpu engine").
-func tiledSgemm(m, n, k int, a, b Matrix, c []float32, ldc int, accumulate bool, threads int) error {
+func tiledSgemm(m, n, k int, a, b Matrix, c []float32, ldc int, accumulate bool, post *Post, threads int) error {
 	if m == 0 || n == 0 {
 		return nil
 	}
@@ -59,11 +59,11 @@ func tiledSgemm(m, n, k int, a, b Matrix, c []float32, ldc int, accumulate bool,
 		return err
 	}
 	if !accumulate {
-		return product(m, n, k, x, ldx, w, ldw, c, ldc, threads)
+		return product(m, n, k, x, ldx, w, ldw, c, ldc, post, threads)
 	}
 	t := getBuf(m * n)
 	defer putBuf(t)
-	if err := product(m, n, k, x, ldx, w, ldw, *t, n, threads); err != nil {
+	if err := product(m, n, k, x, ldx, w, ldw, *t, n, nil, threads); err != nil {
 		return err
 	}
 	for i := range m {
@@ -72,6 +72,7 @@ func tiledSgemm(m, n, k int, a, b Matrix, c []float32, ldc int, accumulate bool,
 			row[j] += add[j]
 		}
 	}
+	post.block(c, ldc, 0, 0, m, n)
 	return nil
 }
 
@@ -82,17 +83,25 @@ const l2Bytes = 256 << 10
 // product computes C = X·Wᵀ in tiles of up to rowBlock rows of X by a block of
 // rows of W sized to stay in L2; the tiles are spread over the threads,
 // whole columns of tiles to a thread so each streams its block of W from
-// its own L2.
-func product(m, n, k int, x []float32, ldx int, w []float32, ldw int, c []float32, ldc int, threads int) error {
+// its own L2. post (nil: none) runs on each tile as it is finished.
+func product(m, n, k int, x []float32, ldx int, w []float32, ldw int, c []float32, ldc int, post *Post, threads int) error {
 	nc := max(4, min(n, l2Bytes/(4*max(k, 1)))/4*4)
 	rb, nb := (m+rowBlock-1)/rowBlock, (n+nc-1)/nc
 	tileFn := func(t int) error {
 		j0, i0 := (t/rb)*nc, (t%rb)*rowBlock
 		rows, cols := min(rowBlock, m-i0), min(nc, n-j0)
-		return gemv.F32(rows, cols, k, x[i0*ldx:], ldx, w[j0*ldw:], ldw, c[i0*ldc+j0:], ldc, 1)
+		if err := gemv.F32(rows, cols, k, x[i0*ldx:], ldx, w[j0*ldw:], ldw, c[i0*ldc+j0:], ldc, 1); err != nil {
+			return err
+		}
+		post.block(c, ldc, i0, j0, rows, cols)
+		return nil
 	}
 	if rb*nb == 1 {
-		return gemv.F32(m, n, k, x, ldx, w, ldw, c, ldc, threads)
+		if err := gemv.F32(m, n, k, x, ldx, w, ldw, c, ldc, threads); err != nil {
+			return err
+		}
+		post.block(c, ldc, 0, 0, m, n)
+		return nil
 	}
 	var (
 		mu    sync.Mutex

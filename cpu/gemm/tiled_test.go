@@ -73,7 +73,7 @@ func checkTiled(t *testing.T, rng *rand.Rand, m, n, k int, ta, tb, acc bool, thr
 		c[i] = float32(i % 5)
 	}
 	init := append([]float32(nil), c...)
-	if err := tiledSgemm(m, n, k, tiledView(a, m, k, ta, 2), tiledView(b, k, n, tb, 1), c, ldc, acc, threads); err != nil {
+	if err := tiledSgemm(m, n, k, tiledView(a, m, k, ta, 2), tiledView(b, k, n, tb, 1), c, ldc, acc, nil, threads); err != nil {
 		t.Fatal(err)
 	}
 	worst := 0.0
@@ -116,7 +116,7 @@ func BenchmarkTiled(b *testing.B) {
 					c := make([]float32, m*n)
 					b.ReportAllocs()
 					for b.Loop() {
-						if err := tiledSgemm(m, n, k, A, B, c, n, false, threads); err != nil {
+						if err := tiledSgemm(m, n, k, A, B, c, n, false, nil, threads); err != nil {
 							b.Fatal(err)
 						}
 					}

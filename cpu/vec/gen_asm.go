@@ -99,7 +99,11 @@ type kernelSpec struct {
 	ptrs   []string // FP names of the input pointers, in order
 	scalar string   // FP name of the float32 broadcast into cS, or ""
 	consts []string // constants needed: "one", "sign", "zero"
-	body   body
+	// extra broadcasts more float32 parameters (FP name, register): the
+	// clamp kernels' bounds, in the registers of the constants 1 and 0,
+	// which they do not use.
+	extra [][2]string
+	body  body
 }
 
 // inReg lists the pointer registers of inputs 0, 1, 2 and the output.
@@ -147,7 +151,7 @@ func main() {
 	}
 	g.b.WriteString("GLOBL ·maskTab(SB), RODATA|NOPTR, $64\n\n")
 
-	specs := allSpecs()
+	specs := append(allSpecs(), clampSpecs()...)
 	for _, s := range isas {
 		for _, k := range specs {
 			g.kernel(s, k)
@@ -304,6 +308,48 @@ func allSpecs() []kernelSpec {
 	return ks
 }
 
+// clampSpecs are the epilogue kernels d = min(max(a + s, lo), hi) with
+// some of the three steps, each rounded and with Go's semantics as the
+// single-op kernels have them (the bits of running those one after the
+// other): lo is broadcast into the register of the constant 1, hi into
+// that of 0.
+func clampSpecs() []kernelSpec {
+	var ks []kernelSpec
+	for _, c := range clampCombos {
+		c := c
+		ks = append(ks, kernelSpec{name: c.name, params: "d, a *float32, s, lo, hi float32, n int", ptrs: []string{"a"}, scalar: "s",
+			consts: []string{"sign"}, extra: [][2]string{{"lo", "one"}, {"hi", "zero"}},
+			body: func(g *gen, s isa, sl slot, in []string) string {
+				x := in[0]
+				if c.add {
+					g.p("VADDPS %s, %s, %s", s.cS(), x, x)
+				}
+				if c.max {
+					r := minMax(true)(g, s, sl, []string{x, s.cOne()})
+					g.p("VMOVAPS %s, %s", r, sl.r[0])
+					x = sl.r[0]
+				}
+				if c.min {
+					return minMax(false)(g, s, sl, []string{x, s.cZero()})
+				}
+				return x
+			}})
+	}
+	return ks
+}
+
+// clampCombos are the clamp kernels (the single steps are addS, maxS and
+// minS).
+var clampCombos = []struct {
+	name, op      string
+	add, max, min bool
+}{
+	{"addMaxMin", "clampAddMaxMin", true, true, true},
+	{"addMax", "clampAddMax", true, true, false},
+	{"addMin", "clampAddMin", true, false, true},
+	{"maxMin", "clampMaxMin", false, true, true},
+}
+
 // cmps are the CmpOp kernels, in CmpOp order.
 var cmps = []struct {
 	name string
@@ -367,6 +413,10 @@ func (g *gen) kernel(s isa, k kernelSpec) {
 		g.p("VBROADCASTSS %s+%d(FP), %s", k.scalar, offs[k.scalar], s.cS())
 	}
 	g.consts(s, k.consts)
+	for _, x := range k.extra {
+		r := map[string]string{"one": s.cOne(), "zero": s.cZero()}[x[1]]
+		g.p("VBROADCASTSS %s+%d(FP), %s", x[0], offs[x[0]], r)
+	}
 	// in returns the registers holding the inputs of slot sl: loaded
 	// pointers, then the broadcast scalar.
 	in := func(sl slot) []string {
@@ -670,10 +720,15 @@ func writeStubs(g *gen, specs []kernelSpec) {
 	}
 	sOps = append(sOps, ob{"opSubR", "subSR"}, ob{"opDivR", "divSR"})
 	unOps := []ob{{"opNeg", "neg"}, {"opAbs", "abs"}, {"opSqrt", "sqrt"}, {"opNonZero", "nonZero"}}
+	var clampOps []ob
+	for _, c := range clampCombos {
+		clampOps = append(clampOps, ob{c.op, c.name})
+	}
 	fams := []fam{
 		{"binaryArch", "d, a, b []float32", "&d[0], &a[0], &b[0], len(d)", "binOp", binOps},
 		{"scalarArch", "d, a []float32, s float32", "&d[0], &a[0], s, len(d)", "binOp", sOps},
 		{"unaryArch", "d, a []float32", "&d[0], &a[0], len(d)", "unOp", unOps},
+		{"clampArch", "d, a []float32, s, lo, hi float32", "&d[0], &a[0], s, lo, hi, len(d)", "clampOp", clampOps},
 	}
 	for _, f := range fams {
 		fmt.Fprintf(&w, "// %s runs op on an assembly kernel and reports whether it did;\n// len(d) ≥ 1 and the inputs are at least as long.\n", f.fn)

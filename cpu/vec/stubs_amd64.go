@@ -184,6 +184,42 @@ func unaryArch(k kernel, op unOp, d, a []float32) bool {
 	return false
 }
 
+// clampArch runs op on an assembly kernel and reports whether it did;
+// len(d) ≥ 1 and the inputs are at least as long.
+func clampArch(k kernel, op clampOp, d, a []float32, s, lo, hi float32) bool {
+	switch k {
+	case kernAVX512:
+		switch op {
+		case clampAddMaxMin:
+			addMaxMinAVX512(&d[0], &a[0], s, lo, hi, len(d))
+		case clampAddMax:
+			addMaxAVX512(&d[0], &a[0], s, lo, hi, len(d))
+		case clampAddMin:
+			addMinAVX512(&d[0], &a[0], s, lo, hi, len(d))
+		case clampMaxMin:
+			maxMinAVX512(&d[0], &a[0], s, lo, hi, len(d))
+		default:
+			return false
+		}
+		return true
+	case kernAVX2:
+		switch op {
+		case clampAddMaxMin:
+			addMaxMinAVX2(&d[0], &a[0], s, lo, hi, len(d))
+		case clampAddMax:
+			addMaxAVX2(&d[0], &a[0], s, lo, hi, len(d))
+		case clampAddMin:
+			addMinAVX2(&d[0], &a[0], s, lo, hi, len(d))
+		case clampMaxMin:
+			maxMinAVX2(&d[0], &a[0], s, lo, hi, len(d))
+		default:
+			return false
+		}
+		return true
+	}
+	return false
+}
+
 func selectArch(k kernel, d, c, a, b []float32) bool {
 	switch k {
 	case kernAVX512:
@@ -305,6 +341,18 @@ func selAVX512(d, c, a, b *float32, n int)
 func fillAVX512(d *float32, v float32, n int)
 
 //go:noescape
+func addMaxMinAVX512(d, a *float32, s, lo, hi float32, n int)
+
+//go:noescape
+func addMaxAVX512(d, a *float32, s, lo, hi float32, n int)
+
+//go:noescape
+func addMinAVX512(d, a *float32, s, lo, hi float32, n int)
+
+//go:noescape
+func maxMinAVX512(d, a *float32, s, lo, hi float32, n int)
+
+//go:noescape
 func maxRedAVX512(a *float32, n int) (m float32, nan bool)
 
 //go:noescape
@@ -408,6 +456,18 @@ func selAVX2(d, c, a, b *float32, n int)
 
 //go:noescape
 func fillAVX2(d *float32, v float32, n int)
+
+//go:noescape
+func addMaxMinAVX2(d, a *float32, s, lo, hi float32, n int)
+
+//go:noescape
+func addMaxAVX2(d, a *float32, s, lo, hi float32, n int)
+
+//go:noescape
+func addMinAVX2(d, a *float32, s, lo, hi float32, n int)
+
+//go:noescape
+func maxMinAVX2(d, a *float32, s, lo, hi float32, n int)
 
 //go:noescape
 func maxRedAVX2(a *float32, n int) (m float32, nan bool)
