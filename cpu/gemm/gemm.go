@@ -36,6 +36,12 @@ type Matrix struct {
 // GOMAXPROCS. Operands too short for their sizes and strides are an error;
 // a panic inside a worker is returned as *parallel.PanicError.
 func Sgemm(m, n, k int, a, b Matrix, c []float32, ldc int, accumulate bool, threads int) error {
+	if !accumulate && m > 0 && n > 0 && k > 0 && useKN(m, n, k, b) {
+		if err := validate(m, n, k, a, b, c, ldc); err != nil {
+			return err
+		}
+		return knSgemm(m, n, k, a, b, c, ldc, nil, threads)
+	}
 	if useTiled(m, n, k) && !widePacked(n, b) && m > 0 && n > 0 && k > 0 {
 		if err := validate(m, n, k, a, b, c, ldc); err != nil {
 			return err
