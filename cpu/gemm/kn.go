@@ -14,14 +14,16 @@ import (
 // on one AVX-512 thread (BENCHMARKS.md, issue 23): MobileNetV2's 1×1
 // products at 14×14 and 7×7 183-194 GFLOP/s against 116-176 transposed
 // and 156-181 packed; ResNet-50's and encoder-sized ones 174-245 against
-// 64-218; the shallow ones (k < 64) and the large cubes stay faster packed.
+// 64-218; the large cubes and the shallow ones (k < 64) stay faster
+// packed, but for few rows of A against a wide B (an image's first
+// layer, m = 32, n = 12544, k = 27: 168 against 142 GFLOP/s).
 
 // useKN reports whether the row-major-B path takes an m×n×k product.
 func useKN(m, n, k int, b Matrix) bool {
 	if b.ColStride != 1 || (k > 1 && b.RowStride < n) || !gemv.KNAccelerated() {
 		return false
 	}
-	return (k >= 128 && (m < 512 || n < 512 || k < 256)) || (k >= 64 && n < 512)
+	return (k >= 128 && (m < 512 || n < 512 || k < 256)) || (k >= 64 && n < 512) || (m <= 32 && n >= 512)
 }
 
 // knSgemm is Sgemm (not accumulated) on the row-major-B path, its

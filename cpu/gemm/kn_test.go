@@ -16,7 +16,7 @@ import (
 // run on the other paths).
 func TestKNAgainstFloat64(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
-	shapes := []struct{ m, n, k int }{{5, 10, 200}, {64, 196, 384}, {13, 49, 960}, {200, 300, 64}, {37, 700, 300}, {9, 3136, 144}}
+	shapes := []struct{ m, n, k int }{{5, 10, 200}, {64, 196, 384}, {13, 49, 960}, {200, 300, 64}, {37, 700, 300}, {9, 3136, 144}, {32, 1000, 27}}
 	for _, s := range shapes {
 		for _, la := range []layout{rowMajor, colMajor} {
 			for _, threads := range []int{1, 3} {
