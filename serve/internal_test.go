@@ -40,27 +40,36 @@ func TestPlanBatching(t *testing.T) {
 		wantDim   string
 		wantMax   int
 		wantSizes string
+		backend   string // "" for an accelerator ("tpu")
 	}{
 		{"batch padded", []tensorbridge.ValueSpec{spec("x", "batch", 4)}, []tensorbridge.ValueSpec{spec("y", "batch")},
-			padded, ModelConfig{}, "", "batch", 32, "[1 2 4 8 16 32]"},
+			padded, ModelConfig{}, "", "batch", 32, "[1 2 4 8 16 32]", ""},
+		{"batch padded on cpu", []tensorbridge.ValueSpec{spec("x", "batch", 4)}, []tensorbridge.ValueSpec{spec("y", "batch")},
+			padded, ModelConfig{}, "", "batch", 8, "[1 2 4 8]", "xla-cpu"},
 		{"configured buckets", []tensorbridge.ValueSpec{spec("x", "batch", 4)}, []tensorbridge.ValueSpec{spec("y", "batch")},
-			padded, ModelConfig{}, "batch=1,8,24", "batch", 24, "[1 8 24]"},
+			padded, ModelConfig{}, "batch=1,8,24", "batch", 24, "[1 8 24]", ""},
+		{"configured buckets on cpu", []tensorbridge.ValueSpec{spec("x", "batch", 4)}, []tensorbridge.ValueSpec{spec("y", "batch")},
+			padded, ModelConfig{}, "batch=1,8,24", "batch", 24, "[1 8 24]", "cpu"},
 		{"max batch below buckets", []tensorbridge.ValueSpec{spec("x", "batch", 4)}, []tensorbridge.ValueSpec{spec("y", "batch")},
-			padded, ModelConfig{MaxBatch: 5}, "batch=1,8,24", "batch", 5, "[1 8]"},
+			padded, ModelConfig{MaxBatch: 5}, "batch=1,8,24", "batch", 5, "[1 8]", ""},
 		{"batch not padded", []tensorbridge.ValueSpec{spec("x", "batch", 4)}, []tensorbridge.ValueSpec{spec("y", "batch")},
-			[]tensorbridge.DimPlan{{Name: "batch", Reason: "a reduction crosses it"}}, ModelConfig{}, "", "", 1, "[]"},
+			[]tensorbridge.DimPlan{{Name: "batch", Reason: "a reduction crosses it"}}, ModelConfig{}, "", "", 1, "[]", ""},
 		{"batching off", []tensorbridge.ValueSpec{spec("x", "batch", 4)}, []tensorbridge.ValueSpec{spec("y", "batch")},
-			padded, ModelConfig{MaxBatch: 1}, "", "", 1, "[]"},
+			padded, ModelConfig{MaxBatch: 1}, "", "", 1, "[]", ""},
 		{"static leading dim", []tensorbridge.ValueSpec{spec("x", 1, 4)}, []tensorbridge.ValueSpec{spec("y", 1)},
-			nil, ModelConfig{}, "", "", 1, "[]"},
+			nil, ModelConfig{}, "", "", 1, "[]", ""},
 		{"output without batch", []tensorbridge.ValueSpec{spec("x", "batch", 4)}, []tensorbridge.ValueSpec{spec("y", 4)},
-			padded, ModelConfig{}, "", "", 1, "[]"},
+			padded, ModelConfig{}, "", "", 1, "[]", ""},
 		{"batch beyond axis 0", []tensorbridge.ValueSpec{spec("x", "batch", "batch")}, []tensorbridge.ValueSpec{spec("y", "batch")},
-			padded, ModelConfig{}, "", "", 1, "[]"},
+			padded, ModelConfig{}, "", "", 1, "[]", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			m := &model{inputs: c.in, outputs: c.out, cfg: c.cfg}
+			backend := c.backend
+			if backend == "" {
+				backend = "tpu"
+			}
+			m := &model{inputs: c.in, outputs: c.out, cfg: c.cfg, defaultMax: defaultMaxBatch(backend)}
 			if c.buckets != "" {
 				b, err := config.ParseBuckets(c.buckets)
 				if err != nil {

@@ -33,7 +33,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	grpcAddr := fs.String("grpc", "127.0.0.1:8001", `gRPC listen address ("" or "off": none)`)
 	backend := fs.String("backend", "", "backend name or auto (default: $TENSORBRIDGE_BACKEND, else auto)")
 	replicas := fs.Int("replicas", 0, "devices each model is loaded on, from device 0 (default: every device of the backend)")
-	maxBatch := fs.Int("max-batch", 0, "most rows merged into one run; 1 turns batching off (default: the largest --buckets size of the batch dimension, else 32)")
+	maxBatch := fs.Int("max-batch", 0, "most rows merged into one run; 1 turns batching off (default: the largest --buckets size of the batch dimension, else 8 on cpu and xla-cpu, 32 on accelerators)")
 	delay := fs.Duration("max-queue-delay", 2*time.Millisecond, "how long the oldest queued request waits for others to merge with")
 	queueSize := fs.Int("max-queue-size", 1024, "requests waiting per model; one more is answered 503 \"queue full\" at once")
 	timeout := fs.Duration("request-timeout", 30*time.Second, "default per-request deadline, queueing included (a request's \"timeout\" parameter may shorten it); expiry answers 503")
