@@ -118,10 +118,12 @@ func (e *RequestError) Is(target error) bool { return target == errs.ErrInvalidI
 
 // EngineOptions size an Engine.
 type EngineOptions struct {
-	// KVCacheBytes caps the KV cache; 0: 512 MiB on CPU backends, else
-	// what the memory budget leaves after the weights.
+	// KVCacheBytes sizes the paged KV cache's block pool (paged.go):
+	// as many blocks as fit. 0: 512 MiB on CPU backends, else what the
+	// memory budget leaves after the weights, in both cases at most the
+	// blocks of MaxSequences whole contexts.
 	KVCacheBytes int64
-	// MaxSequences caps the slots (concurrent sequences); 0: 16.
+	// MaxSequences caps the concurrent sequences (the batch); 0: 16.
 	MaxSequences int
 	// MaxQueue bounds the requests waiting for a slot; 0: 64.
 	MaxQueue int
@@ -160,9 +162,9 @@ type EngineOptions struct {
 	// beforeCompile, when set (tests), runs before each plain program
 	// compiles (coldstart.go); an error fails that compile.
 	beforeCompile func(ctx context.Context, k progKey, background bool) error
-	// PrefixCache (needs PrefillChunk) reuses the keys and values of
-	// earlier prompts' leading blocks of PrefillChunk tokens for a later
-	// prompt starting with the same tokens (prefix.go).
+	// PrefixCache (needs PrefillChunk) reuses the cached blocks of
+	// earlier prompts' leading whole chunks for a later prompt starting
+	// with the same tokens (prefix.go).
 	PrefixCache bool
 }
 
@@ -175,8 +177,9 @@ type Engine struct {
 	slots int
 	// adapterSlots: each cache slot's adapter (adapters.go); nil without.
 	adapterSlots *slotTable
-	cacheShape   ir.Shape
+	cacheShape   ir.Shape // the block pool [numBlocks, blockSize, L, Hkv, D]
 	kc, vc       *ir.Tensor
+	pool         *blockPool // the blocks' bookkeeping (paged.go)
 	// progs: the plain prefill and decode programs (coldstart.go).
 	progs    *progTable
 	bgCancel context.CancelFunc // stops the background compiles
@@ -187,7 +190,7 @@ type Engine struct {
 	decode    map[decodeKey]*tensorbridge.Executable
 	decodeLP  map[decodeKey]*tensorbridge.Executable // with top logprobs (logprobs.go), compiled on first need
 	prefillLP map[prefillKey]*tensorbridge.Executable
-	// copySlot copies a slot's KV rows to another (choices.go), compiled
+	// copySlot copies a cache block to another (choices.go), compiled
 	// on first need.
 	copySlot  *tensorbridge.Executable
 	dBuckets  []int // batch buckets
@@ -213,8 +216,9 @@ type seq struct {
 	ctx     context.Context
 	req     Request
 	out     *stream
-	slot    int
-	adapter int // the adapter's index (0: the base model)
+	slot    int     // its sequence slot (the batch limit; its adapter's entry)
+	blocks  []int32 // its block table (paged.go)
+	adapter int     // the adapter's index (0: the base model)
 	pos     int // position of the next token to feed
 	last    int // the token to feed next
 	n       int // tokens generated
@@ -234,6 +238,9 @@ type seq struct {
 	// group: the other choices of an n-choice request, on its first
 	// (choices.go).
 	group []*seq
+	// groupBlocks: the fresh blocks reserved for the other choices, on
+	// the first until startGroup hands them out.
+	groupBlocks []int32
 }
 
 // NewEngine sizes the KV cache, compiles and warms every program, and
@@ -241,7 +248,8 @@ type seq struct {
 func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err error) {
 	c := m.Config
 	perTok := int64(2 * c.Layers * c.KVHeads * c.HeadDim * m.dtype.Size())
-	perSlot := perTok * int64(m.maxContext)
+	bs := blockSizeFor(o.PrefillChunk)
+	perBlock, perSeq := perTok*int64(bs), blocksFor(m.maxContext, bs)
 	budget := o.KVCacheBytes
 	if budget == 0 {
 		budget = 512 << 20
@@ -257,13 +265,14 @@ func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err e
 	if maxSeq <= 0 {
 		maxSeq = 16
 	}
-	slots := int(budget/perSlot) - 1 // one scratch slot for padding rows
-	if slots > maxSeq {
-		slots = maxSeq
+	nBlocks := budget / perBlock
+	if o.KVCacheBytes == 0 {
+		nBlocks = min(nBlocks, int64(1+maxSeq*perSeq))
 	}
-	if slots < 1 {
-		return nil, fmt.Errorf("llm: the KV cache budget (%d bytes) holds no sequence of %d tokens (%d bytes each, plus one scratch slot)", budget, m.maxContext, perSlot)
+	if nBlocks < 2 {
+		return nil, fmt.Errorf("llm: the KV cache budget (%d bytes) holds no block of %d positions (%d bytes each, plus the null block): %w", budget, bs, perBlock, errs.ErrInvalidInput)
 	}
+	slots := int(min(int64(maxSeq), nBlocks-1)) // plus one scratch slot for padding rows' adapter
 	if o.MaxQueue <= 0 {
 		o.MaxQueue = 64
 	}
@@ -276,7 +285,8 @@ func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err e
 	en := &Engine{m: m, opts: o, slots: slots, streamCap: streamCap, decode: map[decodeKey]*tensorbridge.Executable{},
 		decodeLP: map[decodeKey]*tensorbridge.Executable{}, prefillLP: map[prefillKey]*tensorbridge.Executable{},
 		queue: make(chan *seq, o.MaxQueue), closing: make(chan struct{}), done: make(chan struct{})}
-	en.cacheShape = ir.MakeShape(m.dtype, slots+1, m.maxContext, c.Layers, c.KVHeads, c.HeadDim)
+	en.cacheShape = ir.MakeShape(m.dtype, int(nBlocks), bs, c.Layers, c.KVHeads, c.HeadDim)
+	en.pool = newBlockPool(int(nBlocks), bs)
 	// An engine without DynamicUpdateSlice (GoMLX's simplego, under
 	// cpu:engine=simplego) writes the cache by ScatterUpdate, a pass over
 	// the whole cache; the others update the donated cache in place.
@@ -318,7 +328,7 @@ func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err e
 		}
 	}
 	en.cBuckets = pow2Buckets(o.MinDecodeContext, m.maxContext)
-	if en.chunks, err = newChunker(o, m.maxContext, slots); err != nil {
+	if en.chunks, err = newChunker(o, m.maxContext); err != nil {
 		return nil, err
 	}
 	en.progs = newProgTable(coldOrder(en.pBuckets, en.dBuckets, en.cBuckets))
@@ -343,9 +353,7 @@ func isCPU(b *tensorbridge.Backend) bool {
 
 // allocCache places zeroed K and V caches on the device.
 func (e *Engine) allocCache() error {
-	if e.chunks != nil { // new caches: the prefix cache's rows are gone
-		e.chunks.prefix.forgetAll()
-	}
+	e.pool.forgetAll() // new caches: the cached blocks are gone
 	if e.m.tp != nil {
 		return e.allocCacheMesh()
 	}
@@ -549,6 +557,9 @@ func (e *Engine) newSeq(ctx context.Context, r Request) (*seq, error) {
 		return nil, &RequestError{Problem: err.Error(), Err: err}
 	}
 	s := &seq{ctx: ctx, req: r, out: newStream(ctx, min(max, e.streamCap)), max: max, adapter: ad}
+	if err := e.checkBlocks(s, 1); err != nil {
+		return nil, err
+	}
 	s.stopAll = slices.Clone(r.StopIDs)
 	if !r.IgnoreEOS {
 		s.stopAll = append(s.stopAll, e.m.Config.EOS...)
@@ -641,7 +652,8 @@ func (e *Engine) loop() {
 		}
 		s.out.end(Token{ID: -1, Text: text, Finish: why, Err: err})
 		free = append(free, s.slot)
-		e.slotFreed(s.slot)
+		e.pool.release(s.blocks)
+		s.blocks = nil
 	}
 	for {
 		// Admit waiting requests while slots are free.
@@ -672,31 +684,37 @@ func (e *Engine) loop() {
 				endGroup(s, Token{ID: -1, Finish: "cancelled", Err: s.ctx.Err()})
 				continue
 			}
-			if len(free) <= len(s.group) { // an n-choice request takes its n slots at once
+			chunked := e.chunkable(s.req) && len(s.group) == 0 // chunked.go
+			if err := e.fitsPrefill(s); err != nil && !chunked {
+				endGroup(s, Token{ID: -1, Finish: "error", Err: err})
+				continue
+			}
+			// An n-choice request takes its n slots at once; every
+			// request waits for the blocks it can need (paged.go).
+			reuse, ok := 0, len(free) > len(s.group)
+			if ok {
+				reuse, ok = e.reserve(s, chunked)
+			}
+			if !ok {
 				held = s
 				break
 			}
-			if e.chunkable(s.req) && len(s.group) == 0 { // chunked.go
+			if chunked {
 				var err error
-				if free, err = e.admitChunked(ctx, s, free); err != nil {
+				if free, err = e.admitChunked(s, free, reuse); err != nil {
 					finish(s, "error", err)
 					if e.cacheLost {
 						for _, a := range active {
 							finish(a, "error", err)
 						}
 						active, e.cacheLost = nil, false
-						e.chunks.prefix.forgetAll()
 					}
 					continue
 				}
 				active = append(active, s)
 				continue
 			}
-			if err := e.fitsPrefill(s); err != nil { // chunked.go
-				endGroup(s, Token{ID: -1, Finish: "error", Err: err})
-				continue
-			}
-			s.slot, free = e.popSlot(free)
+			s.slot, free = free[len(free)-1], free[:len(free)-1]
 			p := e.bucketFor(len(s.req.Prompt))
 			err := e.bindAdapter(s.slot, s.adapter)
 			var exe *tensorbridge.Executable
@@ -712,6 +730,8 @@ func (e *Engine) loop() {
 				group, err = e.startGroup(ctx, s, &free)
 			}
 			if err != nil {
+				e.pool.release(s.groupBlocks) // the followers' reservation
+				s.groupBlocks = nil
 				endFollowers(s, Token{ID: -1, Finish: "error", Err: err})
 				finish(s, "error", err)
 				if e.cacheLost { // the running sequences' cache rows are gone too
@@ -794,7 +814,6 @@ func (e *Engine) loop() {
 				finish(s, "error", err)
 			}
 			filling = nil
-			e.chunks.prefix.forgetAll()
 		}
 		active = append(active, filling...)
 	}
@@ -802,7 +821,7 @@ func (e *Engine) loop() {
 
 // row is the sequence's inputs to its next program run.
 func (s *seq) row() row {
-	return row{token: s.last, pos: s.pos, slot: s.slot, s: s.req.Sampling, index: s.n,
+	return row{token: s.last, pos: s.pos, slot: s.slot, blocks: s.blocks, s: s.req.Sampling, index: s.n,
 		hist: s.hist, plen: len(s.req.Prompt), biasIDs: s.biasIDs, stops: s.stopAll, mask: s.nextMask()}
 }
 
@@ -926,7 +945,9 @@ func (e *Engine) contextBucket(pos int) int {
 	return e.cBuckets[len(e.cBuckets)-1]
 }
 
-// runPrefill runs prompt (padded to p) into slot and samples its first token.
+// runPrefill runs prompt (padded to p) into r's blocks (the null block
+// when it has none: warm-up), with slot's adapter, and samples its first
+// token.
 func (e *Engine) runPrefill(ctx context.Context, exe *tensorbridge.Executable, p int, prompt []int, slot int, r row) (stepOut, error) {
 	ids := make([]int, p)
 	copy(ids, prompt)
@@ -937,10 +958,11 @@ func (e *Engine) runPrefill(ctx context.Context, exe *tensorbridge.Executable, p
 		func() (*ir.Tensor, error) { return int32Tensor([]int{1, p}, ids) },
 		func() (*ir.Tensor, error) { return int32Tensor([]int{1}, []int{len(prompt)}) },
 		func() (*ir.Tensor, error) { return int32Tensor([]int{1}, []int{slot}) },
+		func() (*ir.Tensor, error) { return int32Tensor([]int{1, e.tableWidth(p)}, tableRow(r.blocks, e.tableWidth(p))) },
 		func() (*ir.Tensor, error) { return int32Tensor([]int{1, k}, pb.biasIDs) },
 		func() (*ir.Tensor, error) { return float32Tensor([]int{1, k}, pb.biasVals) },
 		func() (*ir.Tensor, error) { return maskTensor([]row{r}, 1, e.maskWords()) },
-	}[:5+boolInt(r.mask != nil)] {
+	}[:6+boolInt(r.mask != nil)] {
 		t, err := mk()
 		if err != nil {
 			freeAll(blocks)
@@ -951,9 +973,9 @@ func (e *Engine) runPrefill(ctx context.Context, exe *tensorbridge.Executable, p
 	return e.runStep(ctx, exe, blocks, []row{r}, 1, true)
 }
 
-// runDecode runs one decode step of rows padded to b (padding rows write
-// to the scratch slot) with the program of context bucket cb, which every
-// row's position is below.
+// runDecode runs one decode step of rows padded to b (padding rows take
+// the scratch slot's adapter and write to the null block) with the
+// program of context bucket cb, which every row's position is below.
 func (e *Engine) runDecode(ctx context.Context, exe *tensorbridge.Executable, b, cb int, rows []row, pen bool) ([]int, []float32, error) {
 	out, err := e.runDecodeOut(ctx, exe, b, cb, rows, pen)
 	return out.toks, out.lps, err
@@ -962,16 +984,21 @@ func (e *Engine) runDecode(ctx context.Context, exe *tensorbridge.Executable, b,
 // runDecodeOut is runDecode with the program's logprob outputs, if any.
 func (e *Engine) runDecodeOut(ctx context.Context, exe *tensorbridge.Executable, b, cb int, rows []row, pen bool) (stepOut, error) {
 	tok, pos, slot := make([]int, b), make([]int, b), make([]int, b)
+	w := e.tableWidth(cb)
+	table := make([]int, 0, b*w)
 	for i := range b {
 		slot[i], pos[i] = e.slots, i%cb // padding rows: scratch positions inside the bucket
+		var blocks []int32
 		if i < len(rows) {
-			tok[i], pos[i], slot[i] = rows[i].token, rows[i].pos, rows[i].slot
+			tok[i], pos[i], slot[i], blocks = rows[i].token, rows[i].pos, rows[i].slot, rows[i].blocks
 		}
+		table = append(table, tableRow(blocks, w)...)
 	}
 	makers := []func() (*ir.Tensor, error){
 		func() (*ir.Tensor, error) { return int32Tensor([]int{b, 1}, tok) },
 		func() (*ir.Tensor, error) { return int32Tensor([]int{b, 1}, pos) },
 		func() (*ir.Tensor, error) { return int32Tensor([]int{b}, slot) },
+		func() (*ir.Tensor, error) { return int32Tensor([]int{b, w}, table) },
 	}
 	if pen {
 		k := e.biasWidth()
