@@ -2,7 +2,6 @@ package llm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -16,105 +15,6 @@ import (
 	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/ir"
 )
-
-// SamplingParams choose how each token is drawn. The zero value is greedy.
-type SamplingParams struct {
-	Temperature float32 // 0: greedy (argmax)
-	TopK        int     // 0: off
-	TopP        float32 // 0 or 1: off
-	MinP        float32 // 0: off
-	Seed        uint32
-	// Penalties and biases (penalty.go): PresencePenalty and
-	// FrequencyPenalty in [-2, 2] (0: off), over the generated tokens;
-	// RepetitionPenalty > 0 (0 or 1: off), over prompt and generated
-	// tokens; LogitBias adds to token ids' logits (at most MaxLogitBias
-	// entries, each in [-100, 100]).
-	PresencePenalty   float32
-	FrequencyPenalty  float32
-	RepetitionPenalty float32
-	LogitBias         map[int]float32
-	// MinTokens masks the stop ids (EOS unless IgnoreEOS, and StopIDs)
-	// and keeps stop strings from matching until that many tokens are
-	// generated.
-	MinTokens int
-}
-
-// Request is one generation.
-type Request struct {
-	Prompt    []int
-	MaxTokens int // 0: up to the context length; more than it leaves is a *RequestError
-	Sampling  SamplingParams
-	// StopIDs end the sequence (besides the model's end-of-sequence ids
-	// unless IgnoreEOS); the stop token is reported. At most MaxStopIDs.
-	StopIDs   []int
-	IgnoreEOS bool
-	// StopStrings end the sequence when the detokenized text contains one;
-	// the text is cut before it. They need EngineOptions.NewDetokenizer:
-	// without one, Generate refuses them (ErrNoDetokenizer).
-	StopStrings []string
-	// TopLogprobs is how many alternatives each generated token's event
-	// carries (Token.Top, best first), 0..MaxLogprobs; PromptLogprobs asks
-	// for the prompt tokens' log-probabilities (Token.Prompt, on the first
-	// token's event) with TopLogprobs alternatives each (logprobs.go).
-	TopLogprobs    int
-	PromptLogprobs bool
-	// Adapter names the LoRA adapter (LoadOptions.Adapters) to generate
-	// with; "" is the base model.
-	Adapter string
-	// NewConstraint, when set, makes each sequence's Constraint
-	// (constrain.go): structured output. NewDetokenizer, when set,
-	// replaces the engine's detokenizer for this request.
-	NewConstraint  func() Constraint
-	NewDetokenizer func() Detokenizer
-}
-
-// Token is one event of a generation's stream. A token has ID >= 0; the
-// last event has Finish set ("stop", "length", "cancelled" or "error",
-// with Err) and ID -1, and may carry text held back until the end.
-type Token struct {
-	ID      int
-	Text    string
-	Logprob float32
-	Top     []TopLogprob    // Request.TopLogprobs alternatives, best first
-	Prompt  []PromptLogprob // the first token's, with Request.PromptLogprobs
-	Finish  string
-	Err     error
-}
-
-// Detokenizer turns ids into text incrementally (llm/tokenizer's
-// StreamDecoder).
-type Detokenizer interface {
-	Add(id int) string
-	Flush() string
-}
-
-// ErrQueueFull is returned by Generate when the wait queue is full.
-var ErrQueueFull = errors.New("llm: the request queue is full")
-
-// ErrEngineClosed is returned by Generate after Close.
-var ErrEngineClosed = errors.New("llm: the engine is closed")
-
-// ErrNoDetokenizer is wrapped by the *RequestError of a request with stop
-// strings on an engine without EngineOptions.NewDetokenizer: stop strings
-// are matched on the text, which such an engine never makes.
-var ErrNoDetokenizer = errors.New("llm: stop strings need a detokenizer (EngineOptions.NewDetokenizer), and the engine has none")
-
-// RequestError says a request cannot be run (its prompt or max_tokens
-// against the model's context, its ids against the vocabulary, stop
-// strings without a detokenizer). It matches errs.ErrInvalidInput, and
-// the sentinel in Err when there is one.
-type RequestError struct {
-	Problem string
-	Err     error // a sentinel such as ErrNoDetokenizer, or nil
-}
-
-func (e *RequestError) Error() string { return "llm: " + e.Problem }
-
-// Unwrap returns the sentinel, if any.
-func (e *RequestError) Unwrap() error { return e.Err }
-
-// Is makes a RequestError match errs.ErrInvalidInput.
-func (e *RequestError) Is(target error) bool { return target == errs.ErrInvalidInput }
 
 // EngineOptions size an Engine.
 type EngineOptions struct {
@@ -219,9 +119,9 @@ type seq struct {
 	slot    int     // its sequence slot (the batch limit; its adapter's entry)
 	blocks  []int32 // its block table (paged.go)
 	adapter int     // the adapter's index (0: the base model)
-	pos     int // position of the next token to feed
-	last    int // the token to feed next
-	n       int // tokens generated
+	pos     int     // position of the next token to feed
+	last    int     // the token to feed next
+	n       int     // tokens generated
 	max     int
 	detok   Detokenizer
 	text    strings.Builder // text not yet sent (stop-string hold-back)
@@ -840,76 +740,6 @@ func (e *Engine) drain(active []*seq) {
 	}
 }
 
-// emit sends a generated token t (its ID, Logprob and logprob fields
-// set) and says why the sequence ends ("" when it goes on).
-func (e *Engine) emit(s *seq, t Token) string {
-	id := t.ID
-	s.n++
-	s.last = id
-	s.hist = append(s.hist, id)
-	stop := slices.Contains(s.stopAll, id)
-	conWhy := s.advanceConstraint(id)
-	if s.detok != nil && s.n < s.req.Sampling.MinTokens {
-		// Stop strings do not match before min_tokens (as vLLM): the
-		// text goes out as it comes.
-		s.text.WriteString(s.detok.Add(id))
-		t.Text, s.text = s.text.String(), strings.Builder{}
-	} else if s.detok != nil {
-		s.text.WriteString(s.detok.Add(id))
-		full := s.text.String()
-		if cut := cutStop(full, s.req.StopStrings); len(cut) < len(full) {
-			t.Text = cut
-			s.text.Reset()
-			s.out.send(t)
-			s.detok = nil // nothing more to flush
-			return "stop"
-		}
-		keep := holdBack(full, s.req.StopStrings)
-		t.Text = full[:len(full)-keep]
-		s.text.Reset()
-		s.text.WriteString(full[len(full)-keep:])
-	}
-	s.out.send(t)
-	switch {
-	case conWhy != "":
-		return conWhy
-	case stop:
-		return "stop"
-	case s.n >= s.max || s.pos+1 >= e.m.maxContext:
-		return "length"
-	}
-	return ""
-}
-
-// cutStop cuts text before the first stop string it contains.
-func cutStop(text string, stops []string) string {
-	cut := len(text)
-	for _, st := range stops {
-		if st == "" {
-			continue
-		}
-		if i := strings.Index(text, st); i >= 0 && i < cut {
-			cut = i
-		}
-	}
-	return text[:cut]
-}
-
-// holdBack is how many trailing bytes of text may start a stop string and
-// must wait for the next token.
-func holdBack(text string, stops []string) int {
-	keep := 0
-	for _, st := range stops {
-		for n := min(len(st)-1, len(text)); n > keep; n-- {
-			if strings.HasSuffix(text, st[:n]) {
-				keep = n
-				break
-			}
-		}
-	}
-	return keep
-}
-
 func (e *Engine) bucketFor(n int) int {
 	for _, p := range e.pBuckets {
 		if p >= n {
@@ -943,83 +773,4 @@ func (e *Engine) contextBucket(pos int) int {
 		}
 	}
 	return e.cBuckets[len(e.cBuckets)-1]
-}
-
-// runPrefill runs prompt (padded to p) into r's blocks (the null block
-// when it has none: warm-up), with slot's adapter, and samples its first
-// token.
-func (e *Engine) runPrefill(ctx context.Context, exe *tensorbridge.Executable, p int, prompt []int, slot int, r row) (stepOut, error) {
-	ids := make([]int, p)
-	copy(ids, prompt)
-	k := e.biasWidth()
-	pb := buildPenalties([]row{r}, 1, 0, k)
-	var blocks []*ir.Tensor
-	for _, mk := range []func() (*ir.Tensor, error){
-		func() (*ir.Tensor, error) { return int32Tensor([]int{1, p}, ids) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{1}, []int{len(prompt)}) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{1}, []int{slot}) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{1, e.tableWidth(p)}, tableRow(r.blocks, e.tableWidth(p))) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{1, k}, pb.biasIDs) },
-		func() (*ir.Tensor, error) { return float32Tensor([]int{1, k}, pb.biasVals) },
-		func() (*ir.Tensor, error) { return maskTensor([]row{r}, 1, e.maskWords()) },
-	}[:6+boolInt(r.mask != nil)] {
-		t, err := mk()
-		if err != nil {
-			freeAll(blocks)
-			return stepOut{}, err
-		}
-		blocks = append(blocks, t)
-	}
-	return e.runStep(ctx, exe, blocks, []row{r}, 1, true)
-}
-
-// runDecode runs one decode step of rows padded to b (padding rows take
-// the scratch slot's adapter and write to the null block) with the
-// program of context bucket cb, which every row's position is below.
-func (e *Engine) runDecode(ctx context.Context, exe *tensorbridge.Executable, b, cb int, rows []row, pen bool) ([]int, []float32, error) {
-	out, err := e.runDecodeOut(ctx, exe, b, cb, rows, pen)
-	return out.toks, out.lps, err
-}
-
-// runDecodeOut is runDecode with the program's logprob outputs, if any.
-func (e *Engine) runDecodeOut(ctx context.Context, exe *tensorbridge.Executable, b, cb int, rows []row, pen bool) (stepOut, error) {
-	tok, pos, slot := make([]int, b), make([]int, b), make([]int, b)
-	w := e.tableWidth(cb)
-	table := make([]int, 0, b*w)
-	for i := range b {
-		slot[i], pos[i] = e.slots, i%cb // padding rows: scratch positions inside the bucket
-		var blocks []int32
-		if i < len(rows) {
-			tok[i], pos[i], slot[i], blocks = rows[i].token, rows[i].pos, rows[i].slot, rows[i].blocks
-		}
-		table = append(table, tableRow(blocks, w)...)
-	}
-	makers := []func() (*ir.Tensor, error){
-		func() (*ir.Tensor, error) { return int32Tensor([]int{b, 1}, tok) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{b, 1}, pos) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{b}, slot) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{b, w}, table) },
-	}
-	if pen {
-		k := e.biasWidth()
-		pb := buildPenalties(rows, b, cb, k)
-		makers = append(makers,
-			func() (*ir.Tensor, error) { return int32Tensor([]int{b, k}, pb.biasIDs) },
-			func() (*ir.Tensor, error) { return float32Tensor([]int{b, k}, pb.biasVals) },
-			func() (*ir.Tensor, error) { return int32Tensor([]int{b, cb}, pb.hist) },
-			func() (*ir.Tensor, error) { return int32Tensor([]int{b}, pb.plen) })
-	}
-	if anyMask(rows) {
-		makers = append(makers, func() (*ir.Tensor, error) { return maskTensor(rows, b, e.maskWords()) })
-	}
-	var blocks []*ir.Tensor
-	for _, mk := range makers {
-		t, err := mk()
-		if err != nil {
-			freeAll(blocks)
-			return stepOut{}, err
-		}
-		blocks = append(blocks, t)
-	}
-	return e.runStep(ctx, exe, blocks, rows, b, pen)
 }
