@@ -287,13 +287,13 @@ func TestChunkedLongPromptWholePath(t *testing.T) {
 	}
 }
 
-// TestPrefixCacheForgetsForeignSlots: an n-choice request's follower
-// takes a free slot (choices.go, through popSlot) and overwrites it; the
-// donor's prompt, asked again, must not reuse those rows and still gives
-// transformers' greedy ids. Injected faults: popSlot popping the last free
-// slot without the prefix cache passes (slotFreed forgets a slot it did
-// not hand out); with slotFreed's forget removed as well, the third
-// request reuses the overwritten rows and its ids differ.
+// TestPrefixCacheForgetsForeignSlots: an n-choice request (prefilled
+// whole, its blocks never cached) takes every free block and slot after a
+// chunked prompt's blocks were cached, so it may take and overwrite them
+// (paged.go: take evicts the least recently used); that prompt, asked
+// again, must not reuse overwritten blocks and still gives transformers'
+// greedy ids. Injected fault: take keeping an evicted block's hash entry
+// and metadata (paged_test.go's TestPagedPrefixBitwise says what fails).
 func TestPrefixCacheForgetsForeignSlots(t *testing.T) {
 	root := fixtureDir(t)
 	b := testBackend(t)

@@ -380,11 +380,18 @@ func pow2Buckets(lo, max int) []int {
 	return append(out, max)
 }
 
-// Capacity reports the KV cache's size: concurrent sequences and tokens
-// per sequence, and its bytes.
+// Capacity reports the KV cache's size: concurrent sequences (the batch
+// limit) and tokens per sequence (the context), and the block pool's
+// bytes (K and V, the null block included). How many sequences fit at
+// once also depends on their lengths: KVBlocks.
 func (e *Engine) Capacity() (sequences, tokensPerSequence int, bytes int64) {
 	return e.slots, e.m.maxContext, 2 * int64(e.cacheShape.Size()) * int64(e.cacheShape.DType.Size())
 }
+
+// KVBlocks reports the paged KV cache's pool (paged.go): the blocks
+// sequences may hold (the null block excluded) and the positions per
+// block.
+func (e *Engine) KVBlocks() (blocks, blockSize int) { return e.pool.usable(), e.pool.size }
 
 // compileCount counts the programs the engine compiled (tests): without
 // BackgroundCompile it does not change after NewEngine returns unless a

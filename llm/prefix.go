@@ -96,6 +96,9 @@ func (p *blockPool) holds(b int32, i int, matched []int32, toks []int, adapter i
 // (two prompts computed at once): that one stays private.
 func (p *blockPool) register(blocks []int32, toks []int, adapter int) {
 	for i, h := range chainHashes(toks, adapter, p.size) {
+		if i >= len(blocks) {
+			return
+		}
 		b := blocks[i]
 		if p.meta[b].cached {
 			continue
