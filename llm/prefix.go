@@ -34,6 +34,12 @@ import (
 // consumes them computes on identical inputs with identical shapes. The
 // writes changed from one DynamicUpdateSlice per slot row to one per
 // block (prefill, chunks) or per row at a dynamic block index (decode).
+// XLA may fuse the gather into the score and value dots' operand reads
+// differently from the old slice, so the paged programs are not claimed
+// bitwise equal to the old slot programs (both are checked against
+// transformers' logits within tolerance); with and without the prefix
+// cache the same paged programs run on the same values, and that is the
+// equality the tests check bitwise.
 //
 // Compared with the donor-slot design this replaces (one whole slot of
 // maxContext positions held per cached prefix, a copy program to share a
