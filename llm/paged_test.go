@@ -287,3 +287,96 @@ func TestPagedRequestTooBig(t *testing.T) {
 		})
 	}
 }
+
+// FuzzBlockPool drives the pool's bookkeeping with a random program of
+// sequences taking blocks (through lookup, as reserve does), registering
+// their prompts and ending, and checks after each operation that no
+// reference is negative, that every usable block is either referenced,
+// free or cached unreferenced (never two of these), and that a lookup
+// only returns blocks holding the asked tokens. Seed corpus: a few
+// programs; run with `go test ./llm -run XXX -fuzz FuzzBlockPool
+// -fuzztime 30s`.
+func FuzzBlockPool(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7})
+	f.Add([]byte{9, 9, 9, 9, 200, 201, 9, 9, 9})
+	f.Add([]byte{1, 130, 1, 130, 1, 130, 255, 0})
+	f.Fuzz(func(t *testing.T, prog []byte) {
+		const bs = 2
+		p := newBlockPool(9, bs)
+		type live struct {
+			blocks []int32
+			toks   []int
+		}
+		var seqs []live
+		for _, op := range prog {
+			if op >= 128 && len(seqs) > 0 { // end a sequence
+				i := int(op) % len(seqs)
+				p.release(seqs[i].blocks)
+				seqs = slices.Delete(seqs, i, i+1)
+			} else { // a prompt of tokens from a 2-letter alphabet
+				n := 1 + int(op%7)
+				toks := make([]int, n)
+				for j := range toks {
+					toks[j] = int(op>>(j%4)) & 1
+				}
+				hit := p.lookup(toks, 0)
+				for i, b := range hit {
+					if !slices.Equal(p.meta[b].tokens, toks[i*bs:(i+1)*bs]) {
+						t.Fatalf("lookup of %v returned block %d holding %v", toks, b, p.meta[b].tokens)
+					}
+				}
+				need := blocksFor(n, bs)
+				idle := 0
+				for _, b := range hit {
+					if p.ref[b] == 0 {
+						idle++
+					}
+				}
+				if p.available()-idle < need-len(hit) {
+					continue
+				}
+				p.acquire(hit)
+				own, ok := p.take(need - len(hit))
+				if !ok {
+					t.Fatalf("take(%d) failed with %d available", need-len(hit), p.available())
+				}
+				s := live{append(slices.Clone(hit), own...), toks}
+				p.register(s.blocks, toks, 0)
+				seqs = append(seqs, s)
+			}
+			checkPool(t, p)
+		}
+		for _, s := range seqs {
+			p.release(s.blocks)
+		}
+		if msg := p.leaks(); msg != "" {
+			t.Fatal(msg)
+		}
+	})
+}
+
+// checkPool checks the pool's invariants: each usable block is exactly
+// one of referenced, free, cached unreferenced (in the LRU).
+func checkPool(t *testing.T, p *blockPool) {
+	t.Helper()
+	state := make([]int, len(p.ref))
+	for b, r := range p.ref {
+		if r < 0 {
+			t.Fatalf("block %d: reference count %d", b, r)
+		}
+		if r > 0 {
+			state[b]++
+		}
+	}
+	for _, b := range p.free {
+		state[b]++
+	}
+	for e := p.lru.Front(); e != nil; e = e.Next() {
+		state[e.Value.(int32)]++
+	}
+	for b := 1; b < len(state); b++ {
+		if state[b] != 1 {
+			t.Fatalf("block %d is in %d of referenced, free and cached (ref %d)", b, state[b], p.ref[b])
+		}
+	}
+}
