@@ -11,15 +11,17 @@ import (
 )
 
 // n choices from one prompt (OpenAI's n). The request is prefilled once,
-// into the first choice's slot; the engine then copies that slot's KV
-// rows into the other n-1 choices' slots (one small program, the cache
-// donated, a DynamicSlice and DynamicUpdateSlice per cache) and starts
-// them one position back, on the prompt's last token: their first decode
-// step recomputes that position's keys and values in their own slot and
-// samples their first token from its logits, batched with every other
-// running sequence. The n slots are taken at once: a request whose n
-// exceed the free slots waits (and the requests behind it) until they
-// are free.
+// into the first choice's blocks (paged.go); the other n-1 choices take
+// the full blocks of its prompt positions [0, n-1) into their block
+// tables by reference, get a copy of the partial block after them (one
+// small program, the cache donated, a DynamicSlice and
+// DynamicUpdateSlice of one block per cache), and start one position
+// back, on the prompt's last token: their first decode step recomputes
+// that position's keys and values in their own block and samples their
+// first token from its logits, batched with every other running
+// sequence. The n slots and all the choices' blocks are taken at once: a
+// request that does not find them free waits (and the requests behind
+// it) until they are.
 //
 // Choice i draws from its own stream: the seed ChoiceSeed(seed, i), so
 // choice 0 is the answer of the same request with n = 1, and the same
@@ -54,6 +56,9 @@ func (e *Engine) GenerateN(ctx context.Context, r Request, n int) ([]<-chan Toke
 		}
 		seqs[i], chans[i] = s, s.out.ch
 	}
+	if err := e.checkBlocks(seqs[0], n); err != nil && e.m.tp == nil {
+		return nil, err
+	}
 	if e.m.tp != nil {
 		for i, s := range seqs {
 			if err := e.enqueue(s); err != nil {
@@ -86,37 +91,46 @@ func endFollowers(s *seq, t Token) {
 	}
 }
 
-// startGroup gives the other choices of s (just prefilled) their slots,
-// copies s's KV rows into them, and sets them on the prompt's last token
-// (their first decode step samples their first token). On an error the
-// slots are given back and nothing is started.
+// startGroup gives the other choices of s (just prefilled) their slots
+// and block tables (s's full prompt blocks shared, a copy of the partial
+// one, fresh blocks from s.groupBlocks), and sets them on the prompt's
+// last token (their first decode step samples their first token). On an
+// error the slots and blocks are given back and nothing is started.
 func (e *Engine) startGroup(ctx context.Context, s *seq, free *[]int) ([]*seq, error) {
 	taken := 0
 	fail := func(err error) ([]*seq, error) {
 		for _, f := range s.group[:taken] {
 			*free = append(*free, f.slot)
+			e.pool.release(f.blocks)
+			f.blocks = nil
 		}
 		return nil, err
 	}
-	plen := len(s.req.Prompt)
+	plen, shared := len(s.req.Prompt), e.sharedBlocks(s)
 	for _, f := range s.group {
-		f.slot, *free = e.popSlot(*free)
+		f.slot, *free = (*free)[len(*free)-1], (*free)[:len(*free)-1]
+		own := e.seqBlocks(f) - shared
+		f.blocks = append(append([]int32(nil), s.blocks[:shared]...), s.groupBlocks[:own]...)
+		e.pool.acquire(s.blocks[:shared])
+		s.groupBlocks = s.groupBlocks[own:]
 		taken++
 		if err := e.bindAdapter(f.slot, f.adapter); err != nil {
 			return fail(err)
 		}
-		if err := e.copyKV(ctx, s.slot, f.slot); err != nil {
-			return fail(err)
+		if (plen-1)%e.pool.size != 0 { // positions [shared*bs, plen-1) of the partial block
+			if err := e.copyKV(ctx, s.blocks[shared], f.blocks[shared]); err != nil {
+				return fail(err)
+			}
 		}
 		f.pos, f.last = plen-1, s.req.Prompt[plen-1]
 	}
 	return s.group, nil
 }
 
-// copyKV copies slot src's K and V rows into slot dst. When the run fails
+// copyKV copies block src's K and V into block dst. When the run fails
 // after consuming the caches, the engine gets new zeroed ones and
 // cacheLost is set (as runStep does).
-func (e *Engine) copyKV(ctx context.Context, src, dst int) error {
+func (e *Engine) copyKV(ctx context.Context, src, dst int32) error {
 	if e.copySlot == nil {
 		exe, err := e.compileCopySlot(ctx)
 		if err != nil {
@@ -124,11 +138,11 @@ func (e *Engine) copyKV(ctx context.Context, src, dst int) error {
 		}
 		e.copySlot = exe
 	}
-	st, err := int32Tensor([]int{1}, []int{src})
+	st, err := int32Tensor([]int{1}, []int{int(src)})
 	if err != nil {
 		return err
 	}
-	dt, err := int32Tensor([]int{1}, []int{dst})
+	dt, err := int32Tensor([]int{1}, []int{int(dst)})
 	if err != nil {
 		freeAll([]*ir.Tensor{st})
 		return err
@@ -150,17 +164,17 @@ func (e *Engine) copyKV(ctx context.Context, src, dst int) error {
 	return nil
 }
 
-// compileCopySlot compiles the slot copy: (K, V, src [1], dst [1]) to the
-// caches with slot dst holding slot src's rows, the caches donated. An
-// engine without DynamicUpdateSlice writes the row by ScatterUpdate, as
-// the cache writes do (graph.go's writeCache).
+// compileCopySlot compiles the block copy: (K, V, src [1], dst [1]) to
+// the pools with block dst holding block src's positions, the pools
+// donated. An engine without DynamicUpdateSlice writes the block by
+// ScatterUpdate, as the cache writes do (paged.go).
 func (e *Engine) compileCopySlot(ctx context.Context) (*tensorbridge.Executable, error) {
 	idx := ir.MakeShape(ir.Int32, 1)
-	return e.compile(ctx, "llm-copy-slot", tensorbridge.Donation{0: 0, 1: 1}, 0, func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+	return e.compile(ctx, "llm-copy-block", tensorbridge.Donation{0: 0, 1: 1}, 0, func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
 		src, dst := in[2], in[3]
 		zero := ConstAsDType(g, ir.Int32, 0)
 		copyRow := func(c *Node) *Node {
-			row := Gather(c, Reshape(src, 1, 1)) // [1, ctx, L, Hkv, D]
+			row := Gather(c, Reshape(src, 1, 1)) // [1, blockSize, L, Hkv, D]
 			if e.scatter {
 				return ScatterUpdate(c, Reshape(dst, 1, 1), row, false, true)
 			}

@@ -13,10 +13,11 @@ import (
 )
 
 // TestGenerateNGreedy: n choices at temperature 0 are each transformers'
-// greedy ids (the prompt prefilled once, its KV copied into the other
-// slots), for every architecture, with a slot too few for two requests
-// at once (the second waits for its n slots). Injected fault: copyKV
-// skipped (the followers' slots keep zeros) makes choices 1.. differ from
+// greedy ids (the prompt prefilled once, its full blocks shared and its
+// partial last block copied into the other choices' tables), for every
+// architecture, with a slot too few for two requests at once (the second
+// waits for its n slots). Injected fault: copyKV skipped (the followers'
+// partial block keeps whatever it held) makes choices 1.. differ from
 // transformers.
 func TestGenerateNGreedy(t *testing.T) {
 	root := fixtureDir(t)

@@ -23,9 +23,11 @@ import (
 // the few that fit in the pace, below), instead of by its whole prefill.
 //
 // A chunk program takes S tokens (padded) at positions [p, p+S) of one
-// slot: each layer writes the block's keys and values into the slot first
-// and then attends to the slot's positions [0, maxContext), causally (the
-// decode path's in-place write-then-read, graph.go).
+// sequence and its block table (paged.go): each layer writes the chunk's
+// keys and values into the sequence's blocks first (whole blocks: S is a
+// multiple of the block size) and then attends to the table's positions
+// [0, W*blockSize), W*blockSize >= maxContext, causally (the decode
+// path's in-place write-then-read, graph.go).
 //
 // Exactness across runs: the chunks lie on a fixed grid, [kS, (k+1)S),
 // always run at the one size S and read the whole context. A position's
@@ -36,10 +38,8 @@ import (
 // dot does not give a row the same bits at every M), so a variable chunk
 // size would make answers depend on timing and on the prefix cache. The
 // prefix cache (prefix.go) reuses whole grid chunks, so its answers are
-// bitwise those without it. The grid's last chunk must fit in the context
-// (a DynamicUpdateSlice past the end would be moved back by XLA): when
-// maxContext is not a multiple of S it starts at maxContext-S instead,
-// recomputing rows already cached, the same way in every run.
+// bitwise those without it. The grid's last chunk may pass the context's
+// end: its positions past the sequence's blocks go to the null block.
 //
 // Pace: with nothing decoding, a prompt's chunks run back to back; while
 // sequences decode, each turn of the loop runs chunks while their measured
@@ -54,8 +54,7 @@ import (
 type chunker struct {
 	size   int // S, PrefillChunk: the chunk grid and size
 	prog   *tensorbridge.Executable
-	copies map[int]*tensorbridge.Executable // prefix copies by context bucket (prefix.go)
-	prefix *prefixCache                     // nil without EngineOptions.PrefixCache
+	prefix bool // EngineOptions.PrefixCache (prefix.go)
 	pace   chunkPace
 }
 
@@ -89,7 +88,7 @@ type fillState struct{ next int }
 
 // newChunker checks the chunking options; it returns nil when chunking is
 // off.
-func newChunker(o EngineOptions, maxContext, slots int) (*chunker, error) {
+func newChunker(o EngineOptions, maxContext int) (*chunker, error) {
 	if o.PrefillChunk == 0 {
 		if o.PrefixCache {
 			return nil, fmt.Errorf("llm: EngineOptions.PrefixCache needs PrefillChunk > 0 (the prefix cache resumes prompts by chunked prefill): %w", errs.ErrInvalidInput)
@@ -99,11 +98,7 @@ func newChunker(o EngineOptions, maxContext, slots int) (*chunker, error) {
 	if o.PrefillChunk < 0 || o.PrefillChunk >= maxContext {
 		return nil, fmt.Errorf("llm: EngineOptions.PrefillChunk %d outside 1..%d (below the context length): %w", o.PrefillChunk, maxContext-1, errs.ErrInvalidInput)
 	}
-	c := &chunker{size: o.PrefillChunk, copies: map[int]*tensorbridge.Executable{}}
-	if o.PrefixCache {
-		c.prefix = newPrefixCache(o.PrefillChunk, slots)
-	}
-	return c, nil
+	return &chunker{size: o.PrefillChunk, prefix: o.PrefixCache}, nil
 }
 
 // chunkable says whether r is prefilled in chunks.
@@ -124,38 +119,38 @@ func (e *Engine) fitsPrefill(s *seq) error {
 }
 
 // plan places the next chunk of a prompt whose positions [p, end) are
-// still to write (p on the grid) in a context of maxCtx: the chunk runs
-// at positions [w, w+S) and leaves next positions to write from. w < p
-// only for a last chunk that would pass the context's end.
-func (c *chunker) plan(p, end, maxCtx int) (w, next int) {
-	w = p
-	if w+c.size > maxCtx {
-		w = maxCtx - c.size
-	}
-	return w, min(w+c.size, end)
+// still to write (p on the grid): it runs at positions [p, p+S) and
+// leaves next positions to write from.
+func (c *chunker) plan(p, end int) (next int) { return min(p+c.size, end) }
+
+// tableWidth is the chunk program's block table width: the blocks of
+// the grid's chunks that cover the context.
+func (e *Engine) chunkTableWidth() int {
+	s := e.chunks.size
+	return blocksFor((e.m.maxContext+s-1)/s*s, e.pool.size)
 }
 
 // compileChunk compiles the chunk program of bucket t: tokens [1, t],
-// start [1], slot [1] and the plain sampling inputs (unused: it samples
-// nothing); it returns zero as token and logprob, then the caches.
+// start [1], slot [1], block table [1, chunkTableWidth] and the plain
+// sampling inputs (unused: it samples nothing); it returns zero as token
+// and logprob, then the caches.
 func (e *Engine) compileChunk(ctx context.Context, t int) (*tensorbridge.Executable, error) {
 	c := e.m.Config
 	nw := numWeightParams(c)
 	shapes := append(e.m.weightShapes(), e.cacheShape, e.cacheShape,
-		ir.MakeShape(ir.Int32, 1, t), ir.MakeShape(ir.Int32, 1), ir.MakeShape(ir.Int32, 1))
+		ir.MakeShape(ir.Int32, 1, t), ir.MakeShape(ir.Int32, 1), ir.MakeShape(ir.Int32, 1), ir.MakeShape(ir.Int32, 1, e.chunkTableWidth()))
 	shapes = append(shapes, sampleShapes(1)[:numPlainSampleInputs]...)
 	return e.compile(ctx, fmt.Sprintf("llm-prefill-chunk-%d", t), cacheDonation(nw), 0, func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
 		w := newNetWeights(c, in)
 		tokens, start, slot := in[nw+2], in[nw+3], in[nw+4]
 		pos := Add(Iota(g, ir.MakeShape(ir.Int32, 1, t), 1), BroadcastToDims(Reshape(start, 1, 1), 1, t))
-		_, nk, nv := step(c, w, tokens, pos, &cacheIO{k: in[nw], v: in[nw+1], slots: slot, ctx: e.m.maxContext, chunk: true, scatter: e.scatter})
+		_, nk, nv := step(c, w, tokens, pos, &cacheIO{k: in[nw], v: in[nw+1], slots: slot, table: in[nw+5], chunk: true, scatter: e.scatter})
 		return []*ir.Node{Zeros(g, ir.MakeShape(ir.Int32, 1)), Zeros(g, ir.MakeShape(ir.Float32, 1)), nk, nv}, nil
 	}, shapes...)
 }
 
-// warmChunks compiles the chunk program (and, with the prefix cache,
-// every copy program) and runs each on the scratch slot, so that Compiles
-// does not change after NewEngine.
+// warmChunks compiles the chunk program and runs it on the null block,
+// so that Compiles does not change after NewEngine.
 func (e *Engine) warmChunks(ctx context.Context) error {
 	if e.chunks == nil {
 		return nil
@@ -167,21 +162,24 @@ func (e *Engine) warmChunks(ctx context.Context) error {
 	e.chunks.prog = exe
 	for range 2 { // the second run's time seeds the pace
 		start := time.Now()
-		if err := e.runChunk(ctx, exe, make([]int, e.chunks.size), 0, e.slots, row{}); err != nil {
+		if err := e.runChunk(ctx, exe, make([]int, e.chunks.size), 0, row{slot: e.slots}); err != nil {
 			return fmt.Errorf("llm: warming prefill chunk %d: %w", e.chunks.size, err)
 		}
 		e.chunks.pace.chunk = time.Since(start).Seconds()
 	}
-	return e.warmCopies(ctx)
+	return nil
 }
 
-// runChunk runs chunk program exe on ids at positions from start of slot.
-func (e *Engine) runChunk(ctx context.Context, exe *tensorbridge.Executable, ids []int, start, slot int, r row) error {
+// runChunk runs chunk program exe on ids at positions from start of
+// r's slot and block table.
+func (e *Engine) runChunk(ctx context.Context, exe *tensorbridge.Executable, ids []int, start int, r row) error {
 	var blocks []*ir.Tensor
+	w := e.chunkTableWidth()
 	for _, mk := range []func() (*ir.Tensor, error){
 		func() (*ir.Tensor, error) { return int32Tensor([]int{1, len(ids)}, ids) },
 		func() (*ir.Tensor, error) { return int32Tensor([]int{1}, []int{start}) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{1}, []int{slot}) },
+		func() (*ir.Tensor, error) { return int32Tensor([]int{1}, []int{r.slot}) },
+		func() (*ir.Tensor, error) { return int32Tensor([]int{1, w}, tableRow(r.blocks, w)) },
 	} {
 		t, err := mk()
 		if err != nil {
@@ -227,10 +225,11 @@ func (e *Engine) fillStep(ctx context.Context, active []*seq, finish func(*seq, 
 func (e *Engine) runFill(ctx context.Context, s *seq) error {
 	prompt := s.req.Prompt
 	end := len(prompt) - 1
-	w, next := e.chunks.plan(s.fill.next, end, e.m.maxContext)
+	w := s.fill.next
+	next := e.chunks.plan(w, end)
 	ids := make([]int, e.chunks.size)
 	copy(ids, prompt[w:next])
-	if err := e.runChunk(ctx, e.chunks.prog, ids, w, s.slot, s.row()); err != nil {
+	if err := e.runChunk(ctx, e.chunks.prog, ids, w, s.row()); err != nil {
 		return err
 	}
 	s.fill.next = next
@@ -243,30 +242,28 @@ func (e *Engine) runFill(ctx context.Context, s *seq) error {
 // fillFailed ends active[i] after its chunk failed with err, and every
 // sequence when the run lost the cache.
 func (e *Engine) fillFailed(active []*seq, i int, err error, finish func(*seq, string, error)) []*seq {
-	if e.cacheLost { // every slot's rows are gone
+	if e.cacheLost { // every sequence's blocks are gone
 		for _, a := range active {
 			finish(a, "error", err)
 		}
 		e.cacheLost = false
-		e.chunks.prefix.forgetAll()
+		e.pool.forgetAll()
 		return nil
 	}
 	finish(active[i], "error", err)
 	return slices.Delete(active, i, i+1)
 }
 
-// filled turns s, whose prompt rows [0, n-1) are in its slot, into a
-// decoding sequence feeding the prompt's last token, and offers its
-// prompt's blocks to the prefix cache.
+// filled turns s, whose prompt positions [0, n-1) are in its blocks,
+// into a decoding sequence feeding the prompt's last token, and offers
+// its prompt's full blocks to the prefix cache.
 func (e *Engine) filled(s *seq) {
 	n := len(s.req.Prompt)
 	s.fill = nil
 	s.pos, s.last = n-1, s.req.Prompt[n-1]
-	toks, grid := s.req.Prompt[:n-1], e.m.maxContext/e.chunks.size*e.chunks.size
-	if len(toks) > grid { // plan moved its last chunk back over rows from maxContext-S
-		toks = toks[:e.m.maxContext-e.chunks.size]
+	if e.chunks.prefix {
+		e.pool.register(s.blocks, s.req.Prompt[:n-1], s.adapter)
 	}
-	e.chunks.prefix.register(s.slot, s.adapter, toks)
 }
 
 // splitFilling separates the sequences still being prefilled from the
@@ -282,30 +279,22 @@ func splitFilling(active []*seq) (decoding, filling []*seq) {
 	return decoding, filling
 }
 
-// admitChunked gives s a slot (a prefix cache donor when one holds its
-// prompt's leading blocks: prefix.go), copies a busy donor's rows when
-// needed, and starts its chunked prefill after the reused rows.
-func (e *Engine) admitChunked(ctx context.Context, s *seq, free []int) ([]int, error) {
-	var src, reuse int
-	s.slot, src, reuse, free = e.takeSlot(s, free)
-	s.fill = &fillState{}
+// admitChunked gives s (its blocks reserved, the first reuse positions
+// from the prefix cache: prefix.go) a slot and starts its chunked
+// prefill after the reused positions.
+func (e *Engine) admitChunked(s *seq, free []int, reuse int) ([]int, error) {
+	s.slot, free = free[len(free)-1], free[:len(free)-1]
+	s.fill = &fillState{next: reuse}
 	if err := e.bindAdapter(s.slot, s.adapter); err != nil {
 		return free, err
 	}
-	if src >= 0 {
-		if err := e.copyPrefix(ctx, src, s.slot, reuse); err != nil {
-			e.chunks.prefix.forget(s.slot)
-			return free, err
-		}
-	}
-	s.fill.next = reuse
 	if reuse >= len(s.req.Prompt)-1 {
 		e.filled(s)
 	}
 	return free, nil
 }
 
-// releaseChunks frees the chunk and copy programs.
+// releaseChunks frees the chunk program.
 func (e *Engine) releaseChunks() {
 	if e.chunks == nil {
 		return
@@ -314,20 +303,4 @@ func (e *Engine) releaseChunks() {
 		_ = e.chunks.prog.Close()
 		e.chunks.prog = nil
 	}
-	for k, x := range e.chunks.copies {
-		_ = x.Close()
-		delete(e.chunks.copies, k)
-	}
-}
-
-// scatterLayer is writeLayer by ScatterUpdate: the block [B, T, Hkv, D]
-// goes to (slot, position, l) of each row and token.
-func scatterLayer(io *cacheIO, cache, block *Node, l int, positions *Node) *Node {
-	g := cache.Graph()
-	dims := block.Shape().Dimensions
-	b, t := dims[0], dims[1]
-	slots := BroadcastToDims(Reshape(io.slots, b, 1, 1), b, t, 1)
-	layer := BroadcastToDims(ConstAsDType(g, ir.Int32, l), b, t, 1)
-	idx := Reshape(Concatenate([]*Node{slots, Reshape(positions, b, t, 1), layer}, 2), b*t, 3)
-	return ScatterUpdate(cache, idx, Reshape(block, b*t, dims[2], dims[3]), false, true)
 }

@@ -2,7 +2,6 @@ package llm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -17,111 +16,14 @@ import (
 	"github.com/tensorbridge/tensorbridge/ir"
 )
 
-// SamplingParams choose how each token is drawn. The zero value is greedy.
-type SamplingParams struct {
-	Temperature float32 // 0: greedy (argmax)
-	TopK        int     // 0: off
-	TopP        float32 // 0 or 1: off
-	MinP        float32 // 0: off
-	Seed        uint32
-	// Penalties and biases (penalty.go): PresencePenalty and
-	// FrequencyPenalty in [-2, 2] (0: off), over the generated tokens;
-	// RepetitionPenalty > 0 (0 or 1: off), over prompt and generated
-	// tokens; LogitBias adds to token ids' logits (at most MaxLogitBias
-	// entries, each in [-100, 100]).
-	PresencePenalty   float32
-	FrequencyPenalty  float32
-	RepetitionPenalty float32
-	LogitBias         map[int]float32
-	// MinTokens masks the stop ids (EOS unless IgnoreEOS, and StopIDs)
-	// and keeps stop strings from matching until that many tokens are
-	// generated.
-	MinTokens int
-}
-
-// Request is one generation.
-type Request struct {
-	Prompt    []int
-	MaxTokens int // 0: up to the context length; more than it leaves is a *RequestError
-	Sampling  SamplingParams
-	// StopIDs end the sequence (besides the model's end-of-sequence ids
-	// unless IgnoreEOS); the stop token is reported. At most MaxStopIDs.
-	StopIDs   []int
-	IgnoreEOS bool
-	// StopStrings end the sequence when the detokenized text contains one;
-	// the text is cut before it. They need EngineOptions.NewDetokenizer:
-	// without one, Generate refuses them (ErrNoDetokenizer).
-	StopStrings []string
-	// TopLogprobs is how many alternatives each generated token's event
-	// carries (Token.Top, best first), 0..MaxLogprobs; PromptLogprobs asks
-	// for the prompt tokens' log-probabilities (Token.Prompt, on the first
-	// token's event) with TopLogprobs alternatives each (logprobs.go).
-	TopLogprobs    int
-	PromptLogprobs bool
-	// Adapter names the LoRA adapter (LoadOptions.Adapters) to generate
-	// with; "" is the base model.
-	Adapter string
-	// NewConstraint, when set, makes each sequence's Constraint
-	// (constrain.go): structured output. NewDetokenizer, when set,
-	// replaces the engine's detokenizer for this request.
-	NewConstraint  func() Constraint
-	NewDetokenizer func() Detokenizer
-}
-
-// Token is one event of a generation's stream. A token has ID >= 0; the
-// last event has Finish set ("stop", "length", "cancelled" or "error",
-// with Err) and ID -1, and may carry text held back until the end.
-type Token struct {
-	ID      int
-	Text    string
-	Logprob float32
-	Top     []TopLogprob    // Request.TopLogprobs alternatives, best first
-	Prompt  []PromptLogprob // the first token's, with Request.PromptLogprobs
-	Finish  string
-	Err     error
-}
-
-// Detokenizer turns ids into text incrementally (llm/tokenizer's
-// StreamDecoder).
-type Detokenizer interface {
-	Add(id int) string
-	Flush() string
-}
-
-// ErrQueueFull is returned by Generate when the wait queue is full.
-var ErrQueueFull = errors.New("llm: the request queue is full")
-
-// ErrEngineClosed is returned by Generate after Close.
-var ErrEngineClosed = errors.New("llm: the engine is closed")
-
-// ErrNoDetokenizer is wrapped by the *RequestError of a request with stop
-// strings on an engine without EngineOptions.NewDetokenizer: stop strings
-// are matched on the text, which such an engine never makes.
-var ErrNoDetokenizer = errors.New("llm: stop strings need a detokenizer (EngineOptions.NewDetokenizer), and the engine has none")
-
-// RequestError says a request cannot be run (its prompt or max_tokens
-// against the model's context, its ids against the vocabulary, stop
-// strings without a detokenizer). It matches errs.ErrInvalidInput, and
-// the sentinel in Err when there is one.
-type RequestError struct {
-	Problem string
-	Err     error // a sentinel such as ErrNoDetokenizer, or nil
-}
-
-func (e *RequestError) Error() string { return "llm: " + e.Problem }
-
-// Unwrap returns the sentinel, if any.
-func (e *RequestError) Unwrap() error { return e.Err }
-
-// Is makes a RequestError match errs.ErrInvalidInput.
-func (e *RequestError) Is(target error) bool { return target == errs.ErrInvalidInput }
-
 // EngineOptions size an Engine.
 type EngineOptions struct {
-	// KVCacheBytes caps the KV cache; 0: 512 MiB on CPU backends, else
-	// what the memory budget leaves after the weights.
+	// KVCacheBytes sizes the paged KV cache's block pool (paged.go):
+	// as many blocks as fit. 0: 512 MiB on CPU backends, else what the
+	// memory budget leaves after the weights, in both cases at most the
+	// blocks of MaxSequences whole contexts.
 	KVCacheBytes int64
-	// MaxSequences caps the slots (concurrent sequences); 0: 16.
+	// MaxSequences caps the concurrent sequences (the batch); 0: 16.
 	MaxSequences int
 	// MaxQueue bounds the requests waiting for a slot; 0: 64.
 	MaxQueue int
@@ -160,9 +62,9 @@ type EngineOptions struct {
 	// beforeCompile, when set (tests), runs before each plain program
 	// compiles (coldstart.go); an error fails that compile.
 	beforeCompile func(ctx context.Context, k progKey, background bool) error
-	// PrefixCache (needs PrefillChunk) reuses the keys and values of
-	// earlier prompts' leading blocks of PrefillChunk tokens for a later
-	// prompt starting with the same tokens (prefix.go).
+	// PrefixCache (needs PrefillChunk) reuses the cached blocks of
+	// earlier prompts' leading whole chunks for a later prompt starting
+	// with the same tokens (prefix.go).
 	PrefixCache bool
 }
 
@@ -175,8 +77,9 @@ type Engine struct {
 	slots int
 	// adapterSlots: each cache slot's adapter (adapters.go); nil without.
 	adapterSlots *slotTable
-	cacheShape   ir.Shape
+	cacheShape   ir.Shape // the block pool [numBlocks, blockSize, L, Hkv, D]
 	kc, vc       *ir.Tensor
+	pool         *blockPool // the blocks' bookkeeping (paged.go)
 	// progs: the plain prefill and decode programs (coldstart.go).
 	progs    *progTable
 	bgCancel context.CancelFunc // stops the background compiles
@@ -187,7 +90,7 @@ type Engine struct {
 	decode    map[decodeKey]*tensorbridge.Executable
 	decodeLP  map[decodeKey]*tensorbridge.Executable // with top logprobs (logprobs.go), compiled on first need
 	prefillLP map[prefillKey]*tensorbridge.Executable
-	// copySlot copies a slot's KV rows to another (choices.go), compiled
+	// copySlot copies a cache block to another (choices.go), compiled
 	// on first need.
 	copySlot  *tensorbridge.Executable
 	dBuckets  []int // batch buckets
@@ -213,11 +116,12 @@ type seq struct {
 	ctx     context.Context
 	req     Request
 	out     *stream
-	slot    int
-	adapter int // the adapter's index (0: the base model)
-	pos     int // position of the next token to feed
-	last    int // the token to feed next
-	n       int // tokens generated
+	slot    int     // its sequence slot (the batch limit; its adapter's entry)
+	blocks  []int32 // its block table (paged.go)
+	adapter int     // the adapter's index (0: the base model)
+	pos     int     // position of the next token to feed
+	last    int     // the token to feed next
+	n       int     // tokens generated
 	max     int
 	detok   Detokenizer
 	text    strings.Builder // text not yet sent (stop-string hold-back)
@@ -234,6 +138,9 @@ type seq struct {
 	// group: the other choices of an n-choice request, on its first
 	// (choices.go).
 	group []*seq
+	// groupBlocks: the fresh blocks reserved for the other choices, on
+	// the first until startGroup hands them out.
+	groupBlocks []int32
 }
 
 // NewEngine sizes the KV cache, compiles and warms every program, and
@@ -241,7 +148,8 @@ type seq struct {
 func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err error) {
 	c := m.Config
 	perTok := int64(2 * c.Layers * c.KVHeads * c.HeadDim * m.dtype.Size())
-	perSlot := perTok * int64(m.maxContext)
+	bs := blockSizeFor(o.PrefillChunk)
+	perBlock, perSeq := perTok*int64(bs), blocksFor(m.maxContext, bs)
 	budget := o.KVCacheBytes
 	if budget == 0 {
 		budget = 512 << 20
@@ -257,13 +165,14 @@ func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err e
 	if maxSeq <= 0 {
 		maxSeq = 16
 	}
-	slots := int(budget/perSlot) - 1 // one scratch slot for padding rows
-	if slots > maxSeq {
-		slots = maxSeq
+	nBlocks := budget / perBlock
+	if o.KVCacheBytes == 0 {
+		nBlocks = min(nBlocks, int64(1+maxSeq*perSeq))
 	}
-	if slots < 1 {
-		return nil, fmt.Errorf("llm: the KV cache budget (%d bytes) holds no sequence of %d tokens (%d bytes each, plus one scratch slot)", budget, m.maxContext, perSlot)
+	if nBlocks < 2 {
+		return nil, fmt.Errorf("llm: the KV cache budget (%d bytes) holds no block of %d positions (%d bytes each, plus the null block): %w", budget, bs, perBlock, errs.ErrInvalidInput)
 	}
+	slots := int(min(int64(maxSeq), nBlocks-1)) // plus one scratch slot for padding rows' adapter
 	if o.MaxQueue <= 0 {
 		o.MaxQueue = 64
 	}
@@ -276,7 +185,8 @@ func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err e
 	en := &Engine{m: m, opts: o, slots: slots, streamCap: streamCap, decode: map[decodeKey]*tensorbridge.Executable{},
 		decodeLP: map[decodeKey]*tensorbridge.Executable{}, prefillLP: map[prefillKey]*tensorbridge.Executable{},
 		queue: make(chan *seq, o.MaxQueue), closing: make(chan struct{}), done: make(chan struct{})}
-	en.cacheShape = ir.MakeShape(m.dtype, slots+1, m.maxContext, c.Layers, c.KVHeads, c.HeadDim)
+	en.cacheShape = ir.MakeShape(m.dtype, int(nBlocks), bs, c.Layers, c.KVHeads, c.HeadDim)
+	en.pool = newBlockPool(int(nBlocks), bs)
 	// An engine without DynamicUpdateSlice (GoMLX's simplego, under
 	// cpu:engine=simplego) writes the cache by ScatterUpdate, a pass over
 	// the whole cache; the others update the donated cache in place.
@@ -318,7 +228,7 @@ func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err e
 		}
 	}
 	en.cBuckets = pow2Buckets(o.MinDecodeContext, m.maxContext)
-	if en.chunks, err = newChunker(o, m.maxContext, slots); err != nil {
+	if en.chunks, err = newChunker(o, m.maxContext); err != nil {
 		return nil, err
 	}
 	en.progs = newProgTable(coldOrder(en.pBuckets, en.dBuckets, en.cBuckets))
@@ -343,9 +253,7 @@ func isCPU(b *tensorbridge.Backend) bool {
 
 // allocCache places zeroed K and V caches on the device.
 func (e *Engine) allocCache() error {
-	if e.chunks != nil { // new caches: the prefix cache's rows are gone
-		e.chunks.prefix.forgetAll()
-	}
+	e.pool.forgetAll() // new caches: the cached blocks are gone
 	if e.m.tp != nil {
 		return e.allocCacheMesh()
 	}
@@ -472,11 +380,18 @@ func pow2Buckets(lo, max int) []int {
 	return append(out, max)
 }
 
-// Capacity reports the KV cache's size: concurrent sequences and tokens
-// per sequence, and its bytes.
+// Capacity reports the KV cache's size: concurrent sequences (the batch
+// limit) and tokens per sequence (the context), and the block pool's
+// bytes (K and V, the null block included). How many sequences fit at
+// once also depends on their lengths: KVBlocks.
 func (e *Engine) Capacity() (sequences, tokensPerSequence int, bytes int64) {
 	return e.slots, e.m.maxContext, 2 * int64(e.cacheShape.Size()) * int64(e.cacheShape.DType.Size())
 }
+
+// KVBlocks reports the paged KV cache's pool (paged.go): the blocks
+// sequences may hold (the null block excluded) and the positions per
+// block.
+func (e *Engine) KVBlocks() (blocks, blockSize int) { return e.pool.usable(), e.pool.size }
 
 // compileCount counts the programs the engine compiled (tests): without
 // BackgroundCompile it does not change after NewEngine returns unless a
@@ -549,6 +464,9 @@ func (e *Engine) newSeq(ctx context.Context, r Request) (*seq, error) {
 		return nil, &RequestError{Problem: err.Error(), Err: err}
 	}
 	s := &seq{ctx: ctx, req: r, out: newStream(ctx, min(max, e.streamCap)), max: max, adapter: ad}
+	if err := e.checkBlocks(s, 1); err != nil {
+		return nil, err
+	}
 	s.stopAll = slices.Clone(r.StopIDs)
 	if !r.IgnoreEOS {
 		s.stopAll = append(s.stopAll, e.m.Config.EOS...)
@@ -641,7 +559,8 @@ func (e *Engine) loop() {
 		}
 		s.out.end(Token{ID: -1, Text: text, Finish: why, Err: err})
 		free = append(free, s.slot)
-		e.slotFreed(s.slot)
+		e.pool.release(s.blocks)
+		s.blocks = nil
 	}
 	for {
 		// Admit waiting requests while slots are free.
@@ -672,31 +591,37 @@ func (e *Engine) loop() {
 				endGroup(s, Token{ID: -1, Finish: "cancelled", Err: s.ctx.Err()})
 				continue
 			}
-			if len(free) <= len(s.group) { // an n-choice request takes its n slots at once
+			chunked := e.chunkable(s.req) && len(s.group) == 0 // chunked.go
+			if err := e.fitsPrefill(s); err != nil && !chunked {
+				endGroup(s, Token{ID: -1, Finish: "error", Err: err})
+				continue
+			}
+			// An n-choice request takes its n slots at once; every
+			// request waits for the blocks it can need (paged.go).
+			reuse, ok := 0, len(free) > len(s.group)
+			if ok {
+				reuse, ok = e.reserve(s, chunked)
+			}
+			if !ok {
 				held = s
 				break
 			}
-			if e.chunkable(s.req) && len(s.group) == 0 { // chunked.go
+			if chunked {
 				var err error
-				if free, err = e.admitChunked(ctx, s, free); err != nil {
+				if free, err = e.admitChunked(s, free, reuse); err != nil {
 					finish(s, "error", err)
 					if e.cacheLost {
 						for _, a := range active {
 							finish(a, "error", err)
 						}
 						active, e.cacheLost = nil, false
-						e.chunks.prefix.forgetAll()
 					}
 					continue
 				}
 				active = append(active, s)
 				continue
 			}
-			if err := e.fitsPrefill(s); err != nil { // chunked.go
-				endGroup(s, Token{ID: -1, Finish: "error", Err: err})
-				continue
-			}
-			s.slot, free = e.popSlot(free)
+			s.slot, free = free[len(free)-1], free[:len(free)-1]
 			p := e.bucketFor(len(s.req.Prompt))
 			err := e.bindAdapter(s.slot, s.adapter)
 			var exe *tensorbridge.Executable
@@ -712,6 +637,8 @@ func (e *Engine) loop() {
 				group, err = e.startGroup(ctx, s, &free)
 			}
 			if err != nil {
+				e.pool.release(s.groupBlocks) // the followers' reservation
+				s.groupBlocks = nil
 				endFollowers(s, Token{ID: -1, Finish: "error", Err: err})
 				finish(s, "error", err)
 				if e.cacheLost { // the running sequences' cache rows are gone too
@@ -794,7 +721,6 @@ func (e *Engine) loop() {
 				finish(s, "error", err)
 			}
 			filling = nil
-			e.chunks.prefix.forgetAll()
 		}
 		active = append(active, filling...)
 	}
@@ -802,7 +728,7 @@ func (e *Engine) loop() {
 
 // row is the sequence's inputs to its next program run.
 func (s *seq) row() row {
-	return row{token: s.last, pos: s.pos, slot: s.slot, s: s.req.Sampling, index: s.n,
+	return row{token: s.last, pos: s.pos, slot: s.slot, blocks: s.blocks, s: s.req.Sampling, index: s.n,
 		hist: s.hist, plen: len(s.req.Prompt), biasIDs: s.biasIDs, stops: s.stopAll, mask: s.nextMask()}
 }
 
@@ -819,76 +745,6 @@ func (e *Engine) drain(active []*seq) {
 			return
 		}
 	}
-}
-
-// emit sends a generated token t (its ID, Logprob and logprob fields
-// set) and says why the sequence ends ("" when it goes on).
-func (e *Engine) emit(s *seq, t Token) string {
-	id := t.ID
-	s.n++
-	s.last = id
-	s.hist = append(s.hist, id)
-	stop := slices.Contains(s.stopAll, id)
-	conWhy := s.advanceConstraint(id)
-	if s.detok != nil && s.n < s.req.Sampling.MinTokens {
-		// Stop strings do not match before min_tokens (as vLLM): the
-		// text goes out as it comes.
-		s.text.WriteString(s.detok.Add(id))
-		t.Text, s.text = s.text.String(), strings.Builder{}
-	} else if s.detok != nil {
-		s.text.WriteString(s.detok.Add(id))
-		full := s.text.String()
-		if cut := cutStop(full, s.req.StopStrings); len(cut) < len(full) {
-			t.Text = cut
-			s.text.Reset()
-			s.out.send(t)
-			s.detok = nil // nothing more to flush
-			return "stop"
-		}
-		keep := holdBack(full, s.req.StopStrings)
-		t.Text = full[:len(full)-keep]
-		s.text.Reset()
-		s.text.WriteString(full[len(full)-keep:])
-	}
-	s.out.send(t)
-	switch {
-	case conWhy != "":
-		return conWhy
-	case stop:
-		return "stop"
-	case s.n >= s.max || s.pos+1 >= e.m.maxContext:
-		return "length"
-	}
-	return ""
-}
-
-// cutStop cuts text before the first stop string it contains.
-func cutStop(text string, stops []string) string {
-	cut := len(text)
-	for _, st := range stops {
-		if st == "" {
-			continue
-		}
-		if i := strings.Index(text, st); i >= 0 && i < cut {
-			cut = i
-		}
-	}
-	return text[:cut]
-}
-
-// holdBack is how many trailing bytes of text may start a stop string and
-// must wait for the next token.
-func holdBack(text string, stops []string) int {
-	keep := 0
-	for _, st := range stops {
-		for n := min(len(st)-1, len(text)); n > keep; n-- {
-			if strings.HasSuffix(text, st[:n]) {
-				keep = n
-				break
-			}
-		}
-	}
-	return keep
 }
 
 func (e *Engine) bucketFor(n int) int {
@@ -924,75 +780,4 @@ func (e *Engine) contextBucket(pos int) int {
 		}
 	}
 	return e.cBuckets[len(e.cBuckets)-1]
-}
-
-// runPrefill runs prompt (padded to p) into slot and samples its first token.
-func (e *Engine) runPrefill(ctx context.Context, exe *tensorbridge.Executable, p int, prompt []int, slot int, r row) (stepOut, error) {
-	ids := make([]int, p)
-	copy(ids, prompt)
-	k := e.biasWidth()
-	pb := buildPenalties([]row{r}, 1, 0, k)
-	var blocks []*ir.Tensor
-	for _, mk := range []func() (*ir.Tensor, error){
-		func() (*ir.Tensor, error) { return int32Tensor([]int{1, p}, ids) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{1}, []int{len(prompt)}) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{1}, []int{slot}) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{1, k}, pb.biasIDs) },
-		func() (*ir.Tensor, error) { return float32Tensor([]int{1, k}, pb.biasVals) },
-		func() (*ir.Tensor, error) { return maskTensor([]row{r}, 1, e.maskWords()) },
-	}[:5+boolInt(r.mask != nil)] {
-		t, err := mk()
-		if err != nil {
-			freeAll(blocks)
-			return stepOut{}, err
-		}
-		blocks = append(blocks, t)
-	}
-	return e.runStep(ctx, exe, blocks, []row{r}, 1, true)
-}
-
-// runDecode runs one decode step of rows padded to b (padding rows write
-// to the scratch slot) with the program of context bucket cb, which every
-// row's position is below.
-func (e *Engine) runDecode(ctx context.Context, exe *tensorbridge.Executable, b, cb int, rows []row, pen bool) ([]int, []float32, error) {
-	out, err := e.runDecodeOut(ctx, exe, b, cb, rows, pen)
-	return out.toks, out.lps, err
-}
-
-// runDecodeOut is runDecode with the program's logprob outputs, if any.
-func (e *Engine) runDecodeOut(ctx context.Context, exe *tensorbridge.Executable, b, cb int, rows []row, pen bool) (stepOut, error) {
-	tok, pos, slot := make([]int, b), make([]int, b), make([]int, b)
-	for i := range b {
-		slot[i], pos[i] = e.slots, i%cb // padding rows: scratch positions inside the bucket
-		if i < len(rows) {
-			tok[i], pos[i], slot[i] = rows[i].token, rows[i].pos, rows[i].slot
-		}
-	}
-	makers := []func() (*ir.Tensor, error){
-		func() (*ir.Tensor, error) { return int32Tensor([]int{b, 1}, tok) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{b, 1}, pos) },
-		func() (*ir.Tensor, error) { return int32Tensor([]int{b}, slot) },
-	}
-	if pen {
-		k := e.biasWidth()
-		pb := buildPenalties(rows, b, cb, k)
-		makers = append(makers,
-			func() (*ir.Tensor, error) { return int32Tensor([]int{b, k}, pb.biasIDs) },
-			func() (*ir.Tensor, error) { return float32Tensor([]int{b, k}, pb.biasVals) },
-			func() (*ir.Tensor, error) { return int32Tensor([]int{b, cb}, pb.hist) },
-			func() (*ir.Tensor, error) { return int32Tensor([]int{b}, pb.plen) })
-	}
-	if anyMask(rows) {
-		makers = append(makers, func() (*ir.Tensor, error) { return maskTensor(rows, b, e.maskWords()) })
-	}
-	var blocks []*ir.Tensor
-	for _, mk := range makers {
-		t, err := mk()
-		if err != nil {
-			freeAll(blocks)
-			return stepOut{}, err
-		}
-		blocks = append(blocks, t)
-	}
-	return e.runStep(ctx, exe, blocks, rows, b, pen)
 }

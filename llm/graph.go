@@ -158,29 +158,34 @@ func attention(c *Config, q, k, v, qpos, kpos *Node) *Node {
 // noKey is a key position no query reaches.
 const noKey = 1 << 30
 
-// cacheIO says how a step reads and writes the KV cache.
+// cacheIO says how a step reads and writes the paged KV cache (paged.go).
 type cacheIO struct {
-	// k, v: [slots+1, maxContext, L, Hkv, D].
+	// k, v: the block pools [numBlocks, blockSize, L, Hkv, D].
 	k, v *Node
-	// slots [B] int32: each row's cache slot.
+	// slots [B] int32: each row's sequence slot (its adapter's index in
+	// the adapter table; the cache itself is reached through table).
 	slots *Node
+	// table [B, W] int32: each row's block table, block ids of its
+	// positions [0, W*blockSize) (the null block past its own).
+	table *Node
 	// prefill: the block is a prompt at positions 0..T-1 attending to its
-	// own keys; decode (T = 1): each row attends to its slot's cached
+	// own keys; decode (T = 1): each row attends to its table's cached
 	// positions below its own, and to its new key.
 	prefill bool
-	// ctx (decode): the context bucket, the cache positions [0, ctx) a
-	// decode step reads; every row's position is below it. Reading only
-	// the live prefix (rounded up to a bucket) instead of the whole
-	// context is what keeps a decode step's attention proportional to the
-	// sequences' length (BENCHMARKS.md, "LLM generation").
+	// ctx (decode, chunk): the positions [0, ctx) a step reads, ctx =
+	// W*blockSize; every row's position is below it. Reading only the
+	// live prefix (a context bucket rounded up to whole blocks) instead of
+	// the whole context is what keeps a decode step's attention
+	// proportional to the sequences' length (BENCHMARKS.md, "LLM
+	// generation").
 	ctx int
-	// scatter writes the cache with ScatterUpdate (the pure-Go cpu
-	// backend, which lacks DynamicUpdateSlice); otherwise one
-	// DynamicUpdateSlice per row, which XLA does in place.
+	// scatter writes the cache with ScatterUpdate (an engine without
+	// DynamicUpdateSlice); otherwise DynamicUpdateSlice at a dynamic
+	// block index, which XLA does in place in the donated pool.
 	scatter bool
 	// chunk (chunked.go): B = 1, a block of T prompt tokens at positions
-	// [p, p+T) written into the slot layer by layer, then attending, like
-	// decode, to the slot's positions [0, ctx) causally.
+	// [p, p+T), p and T multiples of the block size, written layer by
+	// layer, then attending, like decode, to positions [0, ctx) causally.
 	chunk bool
 }
 
@@ -195,6 +200,9 @@ func step(c *Config, w netWeights, tokens, positions *Node, cache *cacheIO) (hid
 	if w.table != nil && cache != nil {
 		w.rowIdx = Reshape(Gather(w.table, Reshape(cache.slots, b, 1)), b)
 	}
+	if cache != nil && cache.table != nil { // the read width: whole blocks of the table
+		cache.ctx = cache.table.Shape().Dimensions[1] * cache.k.Shape().Dimensions[1]
+	}
 	var cachedK, cachedV, cachedPos *Node
 	inPlace := cache != nil && !cache.prefill && (!cache.scatter || cache.chunk)
 	kc, vc := (*Node)(nil), (*Node)(nil)
@@ -206,10 +214,8 @@ func step(c *Config, w netWeights, tokens, positions *Node, cache *cacheIO) (hid
 			cachedPos = livePositions(positions, cache.ctx)
 		}
 	} else if cache != nil && !cache.prefill {
-		idx := Reshape(cache.slots, b, 1)
-		live := func(x *Node) *Node { return Slice(x, AxisRange(), AxisRange(0, cache.ctx)) }
-		cachedK = Gather(live(cache.k), idx) // [B, ctx, L, Hkv, D]
-		cachedV = Gather(live(cache.v), idx)
+		cachedK = readBlocks(cache.k, cache.table) // [B, ctx, L, Hkv, D]
+		cachedV = readBlocks(cache.v, cache.table)
 		mc := cachedK.Shape().Dimensions[1]
 		iota := Iota(g, ir.MakeShape(ir.Int32, b, mc), 1)
 		cachedPos = Where(LessThan(iota, BroadcastToDims(positions, b, mc)), iota, BroadcastToDims(ConstAsDType(g, ir.Int32, noKey), b, mc))
@@ -222,7 +228,7 @@ func step(c *Config, w netWeights, tokens, positions *Node, cache *cacheIO) (hid
 		switch {
 		case inPlace:
 			kc, vc = writeLayer(cache, kc, k, l, positions), writeLayer(cache, vc, v, l, positions)
-			return attention(c, q5, readLayer(kc, cache.slots, l, cache.ctx), readLayer(vc, cache.slots, l, cache.ctx), positions, cachedPos)
+			return attention(c, q5, readLayer(kc, cache.table, l), readLayer(vc, cache.table, l), positions, cachedPos)
 		case cachedK == nil:
 			return attention(c, q5, k, v, positions, Iota(g, ir.MakeShape(ir.Int32, b, t), 1))
 		}
@@ -280,26 +286,15 @@ func layer(c *Config, w netWeights, l int, x, positions *Node, attend func(l int
 	return Add(x, w.proj(l, wDown, Mul(Mul(gate, Sigmoid(gate)), up), nil))
 }
 
-// writeCache stores block [B, T, L, Hkv, D] into cache at each row's slot
-// and positions.
+// writeCache stores block [B, T, L, Hkv, D] (all layers) into the pool
+// at each row's positions through its block table (paged.go).
 func writeCache(io *cacheIO, cache, block, positions *Node) *Node {
-	g := cache.Graph()
-	dims := block.Shape().Dimensions
-	b, t := dims[0], dims[1]
 	block = ConvertDType(block, cache.DType())
+	blk, off := blockOf(io, positions)
 	if io.scatter {
-		slots := BroadcastToDims(Reshape(io.slots, b, 1, 1), b, t, 1)
-		idx := Reshape(Concatenate([]*Node{slots, Reshape(positions, b, t, 1)}, 2), b*t, 2)
-		return ScatterUpdate(cache, idx, Reshape(block, append([]int{b * t}, dims[2:]...)...), false, true)
+		return scatterRows(cache, block, blk, off, nil)
 	}
-	zero := ConstAsDType(g, ir.Int32, 0)
-	for i := range b {
-		slot := Reshape(Slice(io.slots, AxisRange(i, i+1)))
-		pos := Reshape(Slice(positions, AxisRange(i, i+1), AxisRange(0, 1)))
-		row := Slice(block, AxisRange(i, i+1))
-		cache = DynamicUpdateSlice(cache, row, []*Node{slot, pos, zero, zero, zero})
-	}
-	return cache
+	return updateBlocks(cache, block, blk, off, nil)
 }
 
 // In-place decode (XLA backends): each layer writes its new keys and
@@ -320,34 +315,38 @@ func livePositions(positions *Node, mc int) *Node {
 	return Where(LessOrEqual(iota, BroadcastToDims(positions, b, mc)), iota, BroadcastToDims(ConstAsDType(g, ir.Int32, noKey), b, mc))
 }
 
-// writeLayer stores layer l's block [B, T, Hkv, D] into cache at each
-// row's slot and positions (from its first), one DynamicUpdateSlice per
-// row (T > 1: a prompt chunk, chunked.go; by ScatterUpdate on a backend
-// without DynamicUpdateSlice).
+// writeLayer stores layer l's block [B, T, Hkv, D] into the pool at
+// each row's positions through its block table (T > 1: a prompt chunk,
+// chunked.go), by DynamicUpdateSlice, or by ScatterUpdate on a backend
+// without it.
 func writeLayer(io *cacheIO, cache, block *Node, l int, positions *Node) *Node {
 	g := cache.Graph()
 	dims := block.Shape().Dimensions
-	block = ConvertDType(block, cache.DType())
+	block = Reshape(ConvertDType(block, cache.DType()), dims[0], dims[1], 1, dims[2], dims[3])
+	blk, off := blockOf(io, positions)
+	layer := ConstAsDType(g, ir.Int32, l)
 	if io.scatter {
-		return scatterLayer(io, cache, block, l, positions)
+		return scatterRows(cache, block, blk, off, layer)
 	}
-	zero, layer := ConstAsDType(g, ir.Int32, 0), ConstAsDType(g, ir.Int32, l)
-	for i := range dims[0] {
-		slot := Reshape(Slice(io.slots, AxisRange(i, i+1)))
-		pos := Reshape(Slice(positions, AxisRange(i, i+1), AxisRange(0, 1)))
-		row := Reshape(Slice(block, AxisRange(i, i+1)), 1, dims[1], 1, dims[2], dims[3])
-		cache = DynamicUpdateSlice(cache, row, []*Node{slot, pos, layer, zero, zero})
-	}
-	return cache
+	return updateBlocks(cache, block, blk, off, layer)
 }
 
-// readLayer gathers layer l of each row's slot, positions [0, ctx):
-// [B, ctx, Hkv, D].
-func readLayer(cache, slots *Node, l, ctx int) *Node {
+// readLayer gathers layer l of each row's table blocks, positions
+// [0, W*blockSize): [B, W*blockSize, Hkv, D], the layout of a contiguous
+// row, so attention's arithmetic does not see the paging.
+func readLayer(cache, table *Node, l int) *Node {
 	dims := cache.Shape().Dimensions
-	b := slots.Shape().Dimensions[0]
-	layer := Slice(cache, AxisRange(), AxisRange(0, ctx), AxisRange(l, l+1))
-	return Reshape(Gather(layer, Reshape(slots, b, 1)), b, ctx, dims[3], dims[4])
+	b, w := table.Shape().Dimensions[0], table.Shape().Dimensions[1]
+	layer := Slice(cache, AxisRange(), AxisRange(), AxisRange(l, l+1))
+	return Reshape(Gather(layer, Reshape(table, b*w, 1)), b, w*dims[1], dims[3], dims[4])
+}
+
+// readBlocks gathers every layer of each row's table blocks:
+// [B, W*blockSize, L, Hkv, D].
+func readBlocks(cache, table *Node) *Node {
+	dims := cache.Shape().Dimensions
+	b, w := table.Shape().Dimensions[0], table.Shape().Dimensions[1]
+	return Reshape(Gather(cache, Reshape(table, b*w, 1)), b, w*dims[1], dims[2], dims[3], dims[4])
 }
 
 // logits is the LM head on hidden [N, H], in float32.

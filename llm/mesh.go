@@ -30,7 +30,8 @@ import (
 //     Vocab/M rows; the logits come out split by vocabulary and the
 //     partitioner gathers them for sampling); a vocabulary M does not
 //     divide is replicated instead (Model.meshNotes says so);
-//   - the KV cache [slots+1, context, L, KVHeads, D] split over KVHeads;
+//   - the paged KV cache's block pool [blocks, blockSize, L, KVHeads, D]
+//     split over KVHeads (the block tables replicated);
 //   - norms, q/k norms and the rope tables replicated.
 //
 // Checkpoint matrices are [out, in] (torch Linear), so column-parallel is
@@ -359,7 +360,8 @@ type engineTP struct {
 	kc, vc []*ir.Tensor
 }
 
-// cachePlan splits a cache [slots+1, context, L, KVHeads, D] over KV heads.
+// cachePlan splits a block pool [blocks, blockSize, L, KVHeads, D] over KV
+// heads.
 var cachePlan = shard.Plan{"", "", "", shard.Model, ""}
 
 // allocCacheMesh places each device's zeroed share of the K and V caches.

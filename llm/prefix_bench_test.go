@@ -29,6 +29,9 @@ import (
 //     gap of that step (the batch now attends to 1024 positions, a cost
 //     of the decode step, not of the prefill) is join-gap-ms. chunk=0
 //     runs the same with whole-prompt prefill, for comparison.
+//   - cold: a fresh 900-token prompt's time to first token on an idle
+//     engine with whole-prompt prefill, chunked prefill, and chunked
+//     prefill with the prefix cache (a miss).
 //
 // TENSORBRIDGE_LLM_BENCH_CHUNK sets the chunk size (default 64).
 func BenchmarkPrefixCache(b *testing.B) {
@@ -72,6 +75,22 @@ func BenchmarkPrefixCache(b *testing.B) {
 			b.ReportMetric(second.Seconds()/first.Seconds(), "ttft-ratio")
 		}
 	})
+	// cold: a fresh 900-token prompt's TTFT on an idle engine, prefilled
+	// whole (chunk=0), in chunks, and in chunks with the prefix cache on
+	// (a miss): whether either can be on by default.
+	for _, o := range []EngineOptions{{}, {PrefillChunk: chunk}, {PrefillChunk: chunk, PrefixCache: true}} {
+		b.Run("cold/chunk="+strconv.Itoa(o.PrefillChunk)+"/prefix="+strconv.FormatBool(o.PrefixCache), func(b *testing.B) {
+			o.MaxSequences, o.PrefillBuckets = 1, []int{16, 1024}
+			e, err := NewEngine(ctx, m, o)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Close()
+			for i := range b.N {
+				b.ReportMetric(ms(benchTTFT(b, e, prompt(900, 500+i))), "ttft-ms")
+			}
+		})
+	}
 	for _, c := range []int{chunk, 0} {
 		b.Run("interleave/chunk="+strconv.Itoa(c), func(b *testing.B) {
 			o := EngineOptions{MaxSequences: 9, PrefillChunk: c, PrefillBuckets: []int{16, 1024}}

@@ -12,16 +12,19 @@ import (
 	"github.com/tensorbridge/tensorbridge/ir"
 )
 
-// The compiled programs. Both take the weights, the K and V caches
-// [slots+1, maxContext, L, Hkv, D], their block of tokens and the
+// The compiled programs. Both take the weights, the K and V block pools
+// [numBlocks, blockSize, L, Hkv, D] (paged.go), their block of tokens, each
+// row's block table and the
 // sampling parameters, and return the sampled token, its log-probability
 // and the updated caches. The caches are donated to their updates
 // (cacheDonation): each run writes its block into the cache's own memory
 // instead of copying the whole cache into a new buffer.
 //
-// prefill(P): tokens [1, P] (padded), length [1], slot [1], sampling [1]
-// each. decode(B, C): tokens [B, 1], positions [B, 1] (each below C),
-// slots [B], sampling [B] each; it attends to cache positions [0, C).
+// prefill(P): tokens [1, P] (padded), length [1], slot [1], block table
+// [1, ceil(P/blockSize)], sampling [1] each. decode(B, C): tokens [B, 1],
+// positions [B, 1] (each below C), slots [B], block tables
+// [B, ceil(C/blockSize)], sampling [B] each; it attends to cache positions
+// [0, C) (rounded up to whole blocks).
 // Their logprob variants (logprobs.go) return, after the caches, each
 // row's top alternatives [B, 20] (values and ids), and with the prompt's
 // (echo) each prompt position's logprob [P] and top alternatives [P, 20].
@@ -65,7 +68,7 @@ func (e *Engine) compilePrefillVariant(ctx context.Context, k prefillKey) (*tens
 	c, p := e.m.Config, k.p
 	nw := numWeightParams(c)
 	shapes := append(e.m.weightShapes(), e.cacheShape, e.cacheShape,
-		ir.MakeShape(ir.Int32, 1, p), ir.MakeShape(ir.Int32, 1), ir.MakeShape(ir.Int32, 1))
+		ir.MakeShape(ir.Int32, 1, p), ir.MakeShape(ir.Int32, 1), ir.MakeShape(ir.Int32, 1), ir.MakeShape(ir.Int32, 1, e.tableWidth(p)))
 	shapes = append(shapes, biasShapes(1, e.biasWidth())...)
 	name, extra := fmt.Sprintf("llm-prefill-%d", p), 0
 	if k.mask {
@@ -83,14 +86,14 @@ func (e *Engine) compilePrefillVariant(ctx context.Context, k prefillKey) (*tens
 		kc, vc := in[nw], in[nw+1]
 		tokens, length, slot := in[nw+2], in[nw+3], in[nw+4]
 		pos := Iota(g, ir.MakeShape(ir.Int32, 1, p), 1)
-		h, nk, nv := step(c, w, tokens, pos, &cacheIO{k: kc, v: vc, slots: slot, prefill: true, scatter: e.scatter})
+		h, nk, nv := step(c, w, tokens, pos, &cacheIO{k: kc, v: vc, slots: slot, table: in[nw+5], prefill: true, scatter: e.scatter})
 		last := Sub(Reshape(length, 1, 1), ConstAsDType(g, ir.Int32, 1))
 		hl := Gather(h, last) // [1, H]
 		// The history is the prompt itself, all of it prompt tokens.
-		pen := penaltyInputs{hist: tokens, plen: length, hlen: length, biasIDs: in[nw+5], biasVals: in[nw+6], on: true}
-		si, mask := nw+7, (*ir.Node)(nil)
+		pen := penaltyInputs{hist: tokens, plen: length, hlen: length, biasIDs: in[nw+6], biasVals: in[nw+7], on: true}
+		si, mask := nw+8, (*ir.Node)(nil)
 		if k.mask {
-			si, mask = si+1, allowedNode(in[nw+7], c.Vocab)
+			si, mask = si+1, allowedNode(in[nw+8], c.Vocab)
 		}
 		sp := sampleNodes(in[si:], pen)
 		sp.mask = mask
@@ -121,7 +124,7 @@ func (e *Engine) compileDecodeVariant(ctx context.Context, k decodeKey, lp bool)
 	c, b, cb, pen := e.m.Config, k.batch, k.context, k.pen
 	nw := numWeightParams(c)
 	shapes := append(e.m.weightShapes(), e.cacheShape, e.cacheShape,
-		ir.MakeShape(ir.Int32, b, 1), ir.MakeShape(ir.Int32, b, 1), ir.MakeShape(ir.Int32, b))
+		ir.MakeShape(ir.Int32, b, 1), ir.MakeShape(ir.Int32, b, 1), ir.MakeShape(ir.Int32, b), ir.MakeShape(ir.Int32, b, e.tableWidth(cb)))
 	name := fmt.Sprintf("llm-decode-%d-ctx%d", b, cb)
 	if pen {
 		shapes = append(shapes, biasShapes(b, e.biasWidth())...)
@@ -144,7 +147,7 @@ func (e *Engine) compileDecodeVariant(ctx context.Context, k decodeKey, lp bool)
 		w := newNetWeights(c, in)
 		kc, vc := in[nw], in[nw+1]
 		tokens, pos, slots := in[nw+2], in[nw+3], in[nw+4]
-		h, nk, nv := step(c, w, tokens, pos, &cacheIO{k: kc, v: vc, slots: slots, ctx: cb, scatter: e.scatter})
+		h, nk, nv := step(c, w, tokens, pos, &cacheIO{k: kc, v: vc, slots: slots, table: in[nw+5], scatter: e.scatter})
 		withTop := func(tok, lp, lsm *ir.Node) []*ir.Node {
 			outs := []*ir.Node{tok, lp, nk, nv}
 			if extra > 0 {
@@ -165,13 +168,13 @@ func (e *Engine) compileDecodeVariant(ctx context.Context, k decodeKey, lp bool)
 			return sp
 		}
 		if !pen {
-			return withTop(sampleLSM(logits(w, h), masked(nw+5, penaltyInputs{}))), nil
+			return withTop(sampleLSM(logits(w, h), masked(nw+6, penaltyInputs{}))), nil
 		}
 		// The history holds positions [0, pos]: the token fed at pos is
 		// the last one generated.
 		hlen := Add(Reshape(pos, b), ConstAsDType(g, ir.Int32, 1))
-		pi := penaltyInputs{biasIDs: in[nw+5], biasVals: in[nw+6], hist: in[nw+7], plen: in[nw+8], hlen: hlen, on: true}
-		return withTop(sampleLSM(logits(w, h), masked(nw+9, pi))), nil
+		pi := penaltyInputs{biasIDs: in[nw+6], biasVals: in[nw+7], hist: in[nw+8], plen: in[nw+9], hlen: hlen, on: true}
+		return withTop(sampleLSM(logits(w, h), masked(nw+10, pi))), nil
 	}, shapes...)
 }
 
@@ -195,6 +198,7 @@ func (e *Engine) compile(ctx context.Context, name string, donate tensorbridge.D
 // row is one sequence's inputs to a program run.
 type row struct {
 	token, pos, slot int
+	blocks           []int32 // the sequence's block table (paged.go)
 	s                SamplingParams
 	index            int   // tokens generated so far: the draw's index
 	hist             []int // prompt and generated tokens

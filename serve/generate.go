@@ -109,11 +109,13 @@ func (g *generator) warmup(ctx context.Context, log *slog.Logger) error {
 		return fmt.Errorf("model %s: %w", g.name, err)
 	}
 	seqs, toks, bytes := e.Capacity()
+	blocks, blockSize := e.KVBlocks()
 	g.slots = seqs
 	g.met.cacheBytes.Set(float64(bytes))
 	g.eng.Store(e)
 	log.Info("generator ready", "model", g.name, "dir", g.dir, "context", g.context, "kv_cache_sequences", seqs,
-		"kv_cache_tokens_per_sequence", toks, "kv_cache_bytes", bytes, "warmup", time.Since(start).Round(time.Millisecond).String())
+		"kv_cache_tokens_per_sequence", toks, "kv_cache_blocks", blocks, "kv_cache_block_size", blockSize,
+		"kv_cache_bytes", bytes, "warmup", time.Since(start).Round(time.Millisecond).String())
 	return nil
 }
 

@@ -143,7 +143,8 @@ func generate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer e.Close()
 	if !*asJSON {
 		seqs, toks, bytes := e.Capacity()
-		fmt.Fprintf(stderr, "%s on %s (%s): KV cache %d sequence(s) × %d tokens (%d MiB)\n", cfg.Architecture, b.Name(), m.DType(), seqs, toks, bytes>>20)
+		blocks, bs := e.KVBlocks()
+		fmt.Fprintf(stderr, "%s on %s (%s): KV cache %d blocks of %d tokens (%d MiB), %d sequence(s) of up to %d tokens\n", cfg.Architecture, b.Name(), m.DType(), blocks, bs, bytes>>20, seqs, toks)
 		if mm := m.Mesh(); mm.Model > 1 {
 			fmt.Fprintf(stderr, "tensor-parallel over %d devices: %d MiB of weights per device\n", mm.Model, m.WeightBytesPerDevice()>>20)
 		}
