@@ -16,6 +16,12 @@ var (
 	// minTile is the fewest output positions per tile, so gemm calls on
 	// very deep kernels still have a useful width.
 	minTile = 64
+	// minSplit is the fewest output positions per thread for threads to
+	// split an image's positions: a narrower product runs as slowly as a
+	// full vector panel (64 columns), so on MobileNetV2's 7×7 maps (49
+	// positions) two threads splitting them took as long as one; they now
+	// split the output channels inside the product instead.
+	minSplit = 64
 )
 
 const (
@@ -126,7 +132,9 @@ func (pl *gemmPlan) chooseTile(threads int) {
 	if pl.mode == outTemp {
 		t = min(t, max(scratchFloats/g.og, minTile))
 	}
-	if per := ceilDiv(threads, pl.q.Batch); per > 1 {
+	// Threads share an image by its positions only when each gets a
+	// useful width (minSplit); otherwise the product splits its rows.
+	if per := ceilDiv(threads, pl.q.Batch); per > 1 && g.np >= per*minSplit {
 		t = min(t, ceilDiv(g.np, per))
 	}
 	if t > tileAlign {
