@@ -9,13 +9,13 @@ import (
 	"time"
 )
 
-// Options configure a Cache.
-type Options[V any] struct {
+// tieredOptions configure a tiered cache.
+type tieredOptions[V any] struct {
 	// Memory configures the in-memory level: limits, timeout, release.
 	Memory MemoryOptions[V]
 
 	// Disk is the persistent level; nil keeps the cache in memory only.
-	// Several Caches (and processes) may share one Disk directory.
+	// Several tiered caches (and processes) may share one Disk directory.
 	Disk *Disk
 
 	// Serialize turns a compiled value into bytes for Disk, and
@@ -36,8 +36,8 @@ type Options[V any] struct {
 	Report func(error)
 }
 
-// Stats counts what a Cache did since it was made.
-type Stats struct {
+// tieredStats counts what a tiered cache did since it was made.
+type tieredStats struct {
 	MemoryHits    int64 // calls served from memory
 	DiskHits      int64 // loads served from disk (each then kept in memory)
 	Misses        int64 // compiles run
@@ -57,23 +57,29 @@ type Stats struct {
 	CompileTimeSaved time.Duration // compile time recorded for the entries that memory and disk hits returned
 }
 
-// Cache is a two-level compile cache: memory (an LRU with single-flight
+// tiered is a two-level compile cache: memory (an LRU with single-flight
 // compiles, see Memory), then optionally a Disk of serialized executables
 // that survives restarts. A memory miss tries the disk, then compiles; a
 // compile is serialized and written to disk. Entries are found by
 // Key.Digest, which covers everything that changes the compiled result.
-// Cache is safe for concurrent use.
-type Cache[V any] struct {
+// tiered is safe for concurrent use.
+//
+// It is unexported because nothing outside this package's tests uses it:
+// the runtime keeps the memory level in each Model (cache.NewMemory in
+// model.go) and hands the Disk to the backend (driver.DiskCacher), which
+// serializes its own executables (pjrt/diskcache.go). The tests keep it as
+// the worked composition of the two levels.
+type tiered[V any] struct {
 	mem  *Memory[V]
-	opts Options[V]
+	opts tieredOptions[V]
 
 	mu    sync.Mutex
-	stats Stats // the counters Memory does not keep
+	stats tieredStats // the counters Memory does not keep
 }
 
-// New returns a Cache. Options are validated: negative limits, or Disk
-// without both Serialize and Deserialize, are errors.
-func New[V any](opts Options[V]) (*Cache[V], error) {
+// newTiered returns a tiered cache. Options are validated: negative
+// limits, or Disk without both Serialize and Deserialize, are errors.
+func newTiered[V any](opts tieredOptions[V]) (*tiered[V], error) {
 	if opts.Disk != nil && (opts.Serialize == nil || opts.Deserialize == nil) {
 		return nil, errors.New("compile cache: Options.Disk needs both Serialize and Deserialize; pass no Disk for a backend that cannot serialize executables")
 	}
@@ -84,7 +90,7 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Cache[V]{mem: mem, opts: opts}, nil
+	return &tiered[V]{mem: mem, opts: opts}, nil
 }
 
 // GetOrCompile returns the value for key: from memory, else from disk,
@@ -92,7 +98,7 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 // value is no longer used; see Memory.GetOrCompile for errors and waiting.
 // Disk failures never fail the call: they are reported and counted, and the
 // value is compiled instead.
-func (c *Cache[V]) GetOrCompile(ctx context.Context, key Key, compile CompileFunc[V]) (value V, done func(), err error) {
+func (c *tiered[V]) GetOrCompile(ctx context.Context, key Key, compile CompileFunc[V]) (value V, done func(), err error) {
 	prog := programSum(key.Program)
 	digest := hex.EncodeToString(key.digest(prog))
 	name := key.Name
@@ -112,7 +118,7 @@ func (c *Cache[V]) GetOrCompile(ctx context.Context, key Key, compile CompileFun
 		start := time.Now()
 		v, size, err := compile(ctx)
 		cost := time.Since(start)
-		c.count(func(s *Stats) { s.Misses++ })
+		c.count(func(s *tieredStats) { s.Misses++ })
 		if err != nil {
 			return v, size, loadResult{compiled: true, cost: cost}, err
 		}
@@ -125,17 +131,17 @@ func (c *Cache[V]) GetOrCompile(ctx context.Context, key Key, compile CompileFun
 
 // loadFromDisk returns the deserialized entry for digest, if there is a
 // usable one, with the compile time it recorded.
-func (c *Cache[V]) loadFromDisk(ctx context.Context, d *Disk, digest string) (V, int64, time.Duration, bool) {
+func (c *tiered[V]) loadFromDisk(ctx context.Context, d *Disk, digest string) (V, int64, time.Duration, bool) {
 	var zero V
 	data, info, ok, err := d.get(ctx, digest)
 	switch {
 	case errors.Is(err, ErrCorrupt):
-		c.count(func(s *Stats) { s.Corrupt++ })
+		c.count(func(s *tieredStats) { s.Corrupt++ })
 		c.report(err)
 		return zero, 0, 0, false
 	case err != nil:
 		if ctx.Err() == nil {
-			c.count(func(s *Stats) { s.DiskErrors++ })
+			c.count(func(s *tieredStats) { s.DiskErrors++ })
 			c.report(err)
 		}
 		return zero, 0, 0, false
@@ -144,18 +150,18 @@ func (c *Cache[V]) loadFromDisk(ctx context.Context, d *Disk, digest string) (V,
 	}
 	v, size, err := c.opts.Deserialize(ctx, data)
 	if err != nil {
-		c.count(func(s *Stats) { s.LoadErrors++ })
+		c.count(func(s *tieredStats) { s.LoadErrors++ })
 		c.report(fmt.Errorf("compile cache: loading entry %s: %w; removed, compiling instead", info.Path, err))
 		if rerr := d.remove(digest); rerr != nil {
 			c.report(rerr)
 		}
 		return zero, 0, 0, false
 	}
-	c.count(func(s *Stats) { s.DiskHits++; s.CompileTimeSaved += info.CompileTime })
+	c.count(func(s *tieredStats) { s.DiskHits++; s.CompileTimeSaved += info.CompileTime })
 	return v, size, info.CompileTime, true
 }
 
-func (c *Cache[V]) store(ctx context.Context, d *Disk, digest string, ki KeyInfo, v V, cost time.Duration) {
+func (c *tiered[V]) store(ctx context.Context, d *Disk, digest string, ki KeyInfo, v V, cost time.Duration) {
 	data, err := c.opts.Serialize(v)
 	if err == nil {
 		err = d.put(ctx, digest, ki, data, cost)
@@ -163,25 +169,25 @@ func (c *Cache[V]) store(ctx context.Context, d *Disk, digest string, ki KeyInfo
 		err = fmt.Errorf("compile cache: serializing %s: %w", ki.Name, err)
 	}
 	if err != nil {
-		c.count(func(s *Stats) { s.DiskErrors++ })
+		c.count(func(s *tieredStats) { s.DiskErrors++ })
 		c.report(err)
 	}
 }
 
-func (c *Cache[V]) count(f func(*Stats)) {
+func (c *tiered[V]) count(f func(*tieredStats)) {
 	c.mu.Lock()
 	f(&c.stats)
 	c.mu.Unlock()
 }
 
-func (c *Cache[V]) report(err error) {
+func (c *tiered[V]) report(err error) {
 	if c.opts.Report != nil {
 		c.opts.Report(err)
 	}
 }
 
 // Stats returns the counters and the memory level's occupancy.
-func (c *Cache[V]) Stats() Stats {
+func (c *tiered[V]) Stats() tieredStats {
 	m := c.mem.Stats()
 	c.mu.Lock()
 	s := c.stats
@@ -198,10 +204,10 @@ func (c *Cache[V]) Stats() Stats {
 }
 
 // Memory returns the in-memory level, for Remove, Keys and its own Stats.
-func (c *Cache[V]) Memory() *Memory[V] { return c.mem }
+func (c *tiered[V]) Memory() *Memory[V] { return c.mem }
 
 // Clear empties the memory level and, if there is one, the disk directory.
-func (c *Cache[V]) Clear(ctx context.Context) error {
+func (c *tiered[V]) Clear(ctx context.Context) error {
 	c.mem.Clear()
 	if c.opts.Disk != nil {
 		_, _, err := c.opts.Disk.Clear(ctx)
@@ -213,7 +219,7 @@ func (c *Cache[V]) Clear(ctx context.Context) error {
 // Close releases the memory level (values still held are released when
 // their callers call done), refuses further calls, and flushes the disk
 // counters to the directory's stats file.
-func (c *Cache[V]) Close(ctx context.Context) error {
+func (c *tiered[V]) Close(ctx context.Context) error {
 	c.mem.Close()
 	if c.opts.Disk != nil {
 		return c.opts.Disk.FlushStats(ctx)

@@ -17,7 +17,7 @@ import (
 // harness is a two-level cache over *value whose compile and deserialize
 // calls are counted. A compiled value's payload is "exe:" + its name.
 type harness struct {
-	c        *Cache[*value]
+	c        *tiered[*value]
 	disk     *Disk
 	compiles atomic.Int32
 	loads    atomic.Int32
@@ -25,13 +25,13 @@ type harness struct {
 	reported []error
 }
 
-func newHarness(t *testing.T, dir string, mutate func(*Options[*value])) *harness {
+func newHarness(t *testing.T, dir string, mutate func(*tieredOptions[*value])) *harness {
 	t.Helper()
 	h := &harness{}
 	if dir != "" {
 		h.disk = openTestDisk(t, dir, DiskOptions{})
 	}
-	opts := Options[*value]{
+	opts := tieredOptions[*value]{
 		Disk:      h.disk,
 		Serialize: func(v *value) ([]byte, error) { return []byte("exe:" + v.name), nil },
 		Deserialize: func(_ context.Context, b []byte) (*value, int64, error) {
@@ -47,7 +47,7 @@ func newHarness(t *testing.T, dir string, mutate func(*Options[*value])) *harnes
 	if mutate != nil {
 		mutate(&opts)
 	}
-	c, err := New(opts)
+	c, err := newTiered(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func (h *harness) get(t *testing.T, k Key) *value {
 	return v
 }
 
-// TestCacheRestart: a second process (a new Cache and Disk on the same
+// TestCacheRestart: a second process (a new tiered cache and Disk on the same
 // directory) loads from disk instead of compiling.
 func TestCacheRestart(t *testing.T) {
 	dir := t.TempDir()
@@ -193,7 +193,7 @@ func TestCacheDiskProblems(t *testing.T) {
 	})
 	t.Run("serialize fails", func(t *testing.T) {
 		dir := t.TempDir()
-		h := newHarness(t, dir, func(o *Options[*value]) {
+		h := newHarness(t, dir, func(o *tieredOptions[*value]) {
 			o.Serialize = func(*value) ([]byte, error) { return nil, errors.New("no serializer for this plugin") }
 		})
 		h.get(t, testKey("k"))
@@ -206,7 +206,7 @@ func TestCacheDiskProblems(t *testing.T) {
 	})
 	t.Run("fast compiles stay in memory", func(t *testing.T) {
 		dir := t.TempDir()
-		h := newHarness(t, dir, func(o *Options[*value]) { o.MinCompileTime = time.Hour })
+		h := newHarness(t, dir, func(o *tieredOptions[*value]) { o.MinCompileTime = time.Hour })
 		h.get(t, testKey("k"))
 		if ls, _ := h.disk.List(); len(ls) != 0 {
 			t.Errorf("a compile under MinCompileTime was written")
@@ -224,14 +224,14 @@ func TestCacheDiskProblems(t *testing.T) {
 
 func TestCacheOptions(t *testing.T) {
 	d := openTestDisk(t, t.TempDir(), DiskOptions{})
-	bad := []Options[int]{
+	bad := []tieredOptions[int]{
 		{Disk: d},
 		{Disk: d, Serialize: func(int) ([]byte, error) { return nil, nil }},
 		{MinCompileTime: -1},
 		{Memory: MemoryOptions[int]{MaxEntries: -1}},
 	}
 	for i, o := range bad {
-		if _, err := New(o); err == nil {
+		if _, err := newTiered(o); err == nil {
 			t.Errorf("options %d accepted", i)
 		}
 	}
@@ -240,7 +240,7 @@ func TestCacheOptions(t *testing.T) {
 // TestCacheTimeoutNamesKey: the timeout error names the key's backend and
 // program.
 func TestCacheTimeoutNamesKey(t *testing.T) {
-	h := newHarness(t, t.TempDir(), func(o *Options[*value]) { o.Memory.Timeout = time.Millisecond })
+	h := newHarness(t, t.TempDir(), func(o *tieredOptions[*value]) { o.Memory.Timeout = time.Millisecond })
 	release := make(chan struct{})
 	defer close(release)
 	_, _, err := h.c.GetOrCompile(context.Background(), testKey("slow"), func(context.Context) (*value, int64, error) {

@@ -382,7 +382,7 @@ func TestStatsFileCorrupt(t *testing.T) {
 	}
 }
 
-// ExampleDisk is kept short; see Cache for the full flow.
+// ExampleDisk is kept short; see Example for the full flow.
 func ExampleDisk() {
 	dir, _ := os.MkdirTemp("", "tbcache")
 	defer os.RemoveAll(dir)

@@ -3,15 +3,17 @@
 // repeated compile nor a restarted process pays for compilation again.
 //
 // It knows no backend: values are any type V, and the backend supplies the
-// compile function and, for the disk, Serialize and Deserialize.
+// compile function and, for the disk, the serialized bytes. The runtime
+// keeps a Memory per model and hands the Disk to the backend, which reads
+// it before compiling and writes it after (see Example):
 //
-//	c, err := cache.New(cache.Options[*Exe]{
-//		Memory: cache.MemoryOptions[*Exe]{MaxBytes: 4 << 30, Timeout: 5 * time.Minute,
-//			Release: func(_ string, e *Exe) { e.Free() }},
-//		Disk: disk, Serialize: serialize, Deserialize: deserialize,
-//	})
-//	exe, done, err := c.GetOrCompile(ctx, key, compile)
+//	mem, err := cache.NewMemory(cache.MemoryOptions[*Exe]{MaxBytes: 4 << 30,
+//		Timeout: 5 * time.Minute, Release: func(_ string, e *Exe) { e.Free() }})
+//	exe, done, err := mem.GetOrCompile(ctx, key.Digest(), compile)
 //	defer done()
+//
+// where compile tries disk.Get(ctx, key) first and, after a real compile,
+// calls disk.Put(ctx, key, serialized, compileTime).
 //
 // # Levels
 //
@@ -44,9 +46,9 @@
 //
 // # Statistics
 //
-// Stats counts memory and disk hits, misses, corrupt entries, evictions,
-// the compile time spent and the compile time saved (each entry records how
-// long its compile took). Disk.FlushStats adds a process's disk counts to
+// Memory.Stats and Disk.Stats count hits, misses, corrupt entries,
+// evictions, the compile time spent and the compile time saved (each entry
+// records how long its compile took). Disk.FlushStats adds a process's disk counts to
 // the directory's stats.json; Command implements `tensorbridge cache ls`,
 // `stats` and `clear` on a directory.
 package cache

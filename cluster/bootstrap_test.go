@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/tensorbridge/tensorbridge/discover"
-	"github.com/tensorbridge/tensorbridge/discover/discovertest"
+	"github.com/tensorbridge/tensorbridge/internal/discovertest"
 )
 
 // bootstrapFixture is one file of testdata/bootstrap (see its README).

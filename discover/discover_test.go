@@ -11,7 +11,7 @@ import (
 
 	"github.com/tensorbridge/tensorbridge/device"
 	"github.com/tensorbridge/tensorbridge/discover"
-	"github.com/tensorbridge/tensorbridge/discover/discovertest"
+	"github.com/tensorbridge/tensorbridge/internal/discovertest"
 )
 
 // wantGroup is what a fixture's devices of one platform must be.

@@ -70,11 +70,11 @@
 // wraps a map); MetadataURL points at a test server; NVML takes a
 // StaticNVML snapshot; PluginPath replaces the search path; Credentials
 // and StatNode decide device-node permission checks, since fixtures cannot
-// create device nodes. The fixtures in discovertest/testdata/hosts are such
-// recordings: a root.txtar archive of the filesystem plus env.json,
-// metadata.json, nvml.json and nodes.json, each with a SOURCE.md naming
-// where its facts come from. Package discovertest replays them for any
-// package's tests: discovertest.Options(t, "synthetic-tpu-v4").
+// create device nodes. The fixtures in internal/discovertest/testdata/hosts
+// are such recordings: a root.txtar archive of the filesystem plus
+// env.json, metadata.json, nvml.json and nodes.json, each with a SOURCE.md
+// naming where its facts come from. Package internal/discovertest replays
+// them for this module's tests: discovertest.Options(t, "synthetic-tpu-v4").
 //
 // # CPU only
 //

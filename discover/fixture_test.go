@@ -17,7 +17,7 @@ import (
 
 	"github.com/tensorbridge/tensorbridge/device"
 	"github.com/tensorbridge/tensorbridge/discover"
-	"github.com/tensorbridge/tensorbridge/discover/discovertest"
+	"github.com/tensorbridge/tensorbridge/internal/discovertest"
 )
 
 func TestDiscoverErrors(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/tensorbridge/tensorbridge/discover"
-	"github.com/tensorbridge/tensorbridge/discover/discovertest"
+	"github.com/tensorbridge/tensorbridge/internal/discovertest"
 )
 
 // buildFakeNVML compiles testdata/fakenvml/fake_nvml.c into a shared

@@ -14,7 +14,7 @@ import (
 
 	"github.com/tensorbridge/tensorbridge/device"
 	"github.com/tensorbridge/tensorbridge/discover"
-	"github.com/tensorbridge/tensorbridge/discover/discovertest"
+	"github.com/tensorbridge/tensorbridge/internal/discovertest"
 )
 
 // tpuPCIDeviceIDs are the Google PCI device IDs of TPU chips, from jax's

@@ -435,23 +435,6 @@ func (m *model) warmString() string {
 	return strings.Join(parts, ", ")
 }
 
-// CompileMisses is how many specialisations model name's replicas have
-// compiled since loading (tensorbridge.Model.CompileStats' misses, summed):
-// after ready it stays put unless --allow-compile lets a request compile.
-func (s *Server) CompileMisses(name string) (int64, bool) {
-	m, ok := s.models[name]
-	if !ok {
-		return 0, false
-	}
-	var n int64
-	for _, r := range m.replicas {
-		if !r.shares { // a replica sharing compiled shapes counts them once, with the first
-			n += int64(r.m.CompileStats().Misses)
-		}
-	}
-	return n, true
-}
-
 // warmup compiles every configured shape, once for all the replicas (they
 // share compiled shapes, loadReplicas); the model is ready afterwards, also
 // when warm-up could not know the shapes (logged).

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/tensorbridge/tensorbridge/discover"
-	"github.com/tensorbridge/tensorbridge/discover/discovertest"
+	"github.com/tensorbridge/tensorbridge/internal/discovertest"
 )
 
 // doctor on the fixture hosts: what it says about the accelerators found

@@ -5,7 +5,7 @@
 // servers and a GCE VM, built from published facts and named synthetic-*,
 // and cpu-only, recorded on a real VM. The tests of package discover and of
 // its callers, such as the tensorbridge CLI's devices and doctor commands,
-// use them.
+// use them. It is internal: a fixture of this module's tests, not an API.
 //
 // Each host is a directory testdata/hosts/<name>/ holding root.txtar (the
 // filesystem: sysfs, /dev, /proc, cgroup files) and optional sidecars:

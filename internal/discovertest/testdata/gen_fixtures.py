@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the synthetic host fixtures under hosts/<name>/ beside this script
-(discover/discovertest/testdata/hosts, embedded by package discovertest).
+(internal/discovertest/testdata/hosts, embedded by package discovertest).
 
 Each host's filesystem is stored as root.txtar (txtar: "-- path --" then the
 file's content; "-- path -> target --" is a symbolic link). discovertest
