@@ -36,19 +36,25 @@ type Matrix struct {
 // GOMAXPROCS. Operands too short for their sizes and strides are an error;
 // a panic inside a worker is returned as *parallel.PanicError.
 func Sgemm(m, n, k int, a, b Matrix, c []float32, ldc int, accumulate bool, threads int) error {
-	if !accumulate && m > 0 && n > 0 && k > 0 && useKN(m, n, k, b) {
+	return dispatch(m, n, k, a, b, c, ldc, accumulate, Options{}, threads)
+}
+
+// dispatch runs a product on the path that suits its shape and layout:
+// the K×N kernels (a row-major B, not accumulated), the dot-product path,
+// or the packed micro-kernels.
+func dispatch(m, n, k int, a, b Matrix, c []float32, ldc int, accumulate bool, o Options, threads int) error {
+	nonEmpty := m > 0 && n > 0 && k > 0
+	kn := !accumulate && nonEmpty && useKN(m, n, k, b)
+	if kn || (nonEmpty && useTiled(m, n, k) && !widePacked(n, b)) {
 		if err := validate(m, n, k, a, b, c, ldc); err != nil {
 			return err
 		}
-		return knSgemm(m, n, k, a, b, c, ldc, nil, threads)
-	}
-	if useTiled(m, n, k) && !widePacked(n, b) && m > 0 && n > 0 && k > 0 {
-		if err := validate(m, n, k, a, b, c, ldc); err != nil {
-			return err
+		if kn {
+			return knSgemm(m, n, k, a, b, c, ldc, o.Post, threads)
 		}
-		return tiledSgemm(m, n, k, a, b, c, ldc, accumulate, nil, threads)
+		return tiledSgemm(m, n, k, a, b, c, ldc, accumulate, o.Post, threads)
 	}
-	return sgemm(active, m, n, k, a, b, c, ldc, accumulate, Options{}, threads)
+	return sgemm(active, m, n, k, a, b, c, ldc, accumulate, o, threads)
 }
 
 // sgemm is Sgemm on the given micro-kernel (tests run each one).

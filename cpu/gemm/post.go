@@ -45,19 +45,7 @@ func SgemmWith(m, n, k int, a, b Matrix, c []float32, ldc int, o Options, thread
 	if o.Post != nil && o.Post.Bias != nil && len(o.Post.Bias) < m {
 		return errShortBias(len(o.Post.Bias), m)
 	}
-	if m > 0 && n > 0 && k > 0 && useKN(m, n, k, b) {
-		if err := validate(m, n, k, a, b, c, ldc); err != nil {
-			return err
-		}
-		return knSgemm(m, n, k, a, b, c, ldc, o.Post, threads)
-	}
-	if useTiled(m, n, k) && !widePacked(n, b) && m > 0 && n > 0 && k > 0 {
-		if err := validate(m, n, k, a, b, c, ldc); err != nil {
-			return err
-		}
-		return tiledSgemm(m, n, k, a, b, c, ldc, false, o.Post, threads)
-	}
-	return sgemm(active, m, n, k, a, b, c, ldc, false, o, threads)
+	return dispatch(m, n, k, a, b, c, ldc, false, o, threads)
 }
 
 func errShortBias(got, m int) error {
