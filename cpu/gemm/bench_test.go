@@ -61,3 +61,42 @@ func BenchmarkTile(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRowMajorB compares, on products with a row-major B (1×1
+// convolutions' inputs, [K,N] weights), the K×N path that Sgemm now takes
+// with the dot-product path (B transposed per call) and the packed path:
+// the figures behind useKN (BENCHMARKS.md, issue 23, third stop).
+//
+//	go test ./cpu/gemm -run XXX -bench RowMajorB -benchtime 200x
+func BenchmarkRowMajorB(b *testing.B) {
+	shapes := []struct{ m, n, k int }{
+		{64, 196, 384}, {96, 196, 576}, {160, 49, 960}, {960, 49, 160}, {1280, 49, 320}, // MobileNetV2 14×14, 7×7
+		{24, 3136, 144}, {64, 3136, 256}, {128, 512, 128}, {16, 512, 128}, {32, 12544, 27},
+	}
+	for _, s := range shapes {
+		A := Matrix{Data: make([]float32, s.m*s.k), RowStride: s.k, ColStride: 1}
+		B := Matrix{Data: make([]float32, s.k*s.n), RowStride: s.n, ColStride: 1}
+		c := make([]float32, s.m*s.n)
+		paths := []struct {
+			name string
+			run  func() error
+		}{
+			{"kn", func() error { return knSgemm(s.m, s.n, s.k, A, B, c, s.n, nil, 1) }},
+			{"dot", func() error { return tiledSgemm(s.m, s.n, s.k, A, B, c, s.n, false, nil, 1) }},
+			{"packed", func() error { return sgemm(active, s.m, s.n, s.k, A, B, c, s.n, false, Options{}, 1) }},
+		}
+		for _, p := range paths {
+			if p.name == "kn" && !useKN(s.m, s.n, s.k, B) {
+				continue
+			}
+			b.Run(fmt.Sprintf("m%dn%dk%d/%s", s.m, s.n, s.k, p.name), func(b *testing.B) {
+				for range b.N {
+					if err := p.run(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(2*s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}

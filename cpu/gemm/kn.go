@@ -11,7 +11,7 @@ import (
 // input read in place, a weight stored [K×N]) on gemv's K×N kernels, a
 // few rows of A at a time against the rows of B, so that B is neither
 // transposed (the dot-product path) nor packed (the packed path). Measured
-// on one AVX-512 thread (BENCHMARKS.md, issue 23): MobileNetV2's 1×1
+// on one AVX-512 thread (BenchmarkRowMajorB; BENCHMARKS.md, issue 23): MobileNetV2's 1×1
 // products at 14×14 and 7×7 183-194 GFLOP/s against 116-176 transposed
 // and 156-181 packed; ResNet-50's and encoder-sized ones 174-245 against
 // 64-218; the large cubes and the shallow ones (k < 64) stay faster
