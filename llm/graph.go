@@ -143,12 +143,15 @@ func attention(c *Config, q, k, v, qpos, kpos *Node) *Node {
 	s := k.Shape().Dimensions[1]
 	scores := Einsum("btkgd,bskd->bkgts", ConvertDType(q, ir.Float32), ConvertDType(k, ir.Float32))
 	scores = Mul(scores, ConstAsDType(g, ir.Float32, 1/math.Sqrt(float64(d))))
-	qp := BroadcastToDims(Reshape(qpos, b, 1, 1, t, 1), b, hkv, grp, t, s)
-	kp := BroadcastToDims(Reshape(kpos, b, 1, 1, 1, s), b, hkv, grp, t, s)
+	// The mask is made once per row, [B, 1, 1, T, S], and broadcast over
+	// the heads where it is read: a training step's backward pass keeps it.
+	qp := BroadcastToDims(Reshape(qpos, b, 1, 1, t, 1), b, 1, 1, t, s)
+	kp := BroadcastToDims(Reshape(kpos, b, 1, 1, 1, s), b, 1, 1, t, s)
 	mask := LessOrEqual(kp, qp)
 	if c.SlidingWindow > 0 {
 		mask = LogicalAnd(mask, GreaterThan(kp, Sub(qp, ConstAsDType(g, ir.Int32, c.SlidingWindow))))
 	}
+	mask = BroadcastToDims(mask, b, hkv, grp, t, s)
 	scores = Where(mask, scores, BroadcastToDims(ConstAsDType(g, ir.Float32, math.Inf(-1)), b, hkv, grp, t, s))
 	probs := Softmax(scores, -1)
 	out := Einsum("bkgts,bskd->btkgd", probs, ConvertDType(v, ir.Float32))

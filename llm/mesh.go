@@ -217,6 +217,9 @@ func placeWeightsMesh(ctx context.Context, b *tensorbridge.Backend, dir string, 
 		if err != nil {
 			return nil, nil, err
 		}
+		if t := ct.tensors[p.name]; t != nil {
+			t.release()
+		}
 		ws = append(ws, shards[0])
 		for d := 1; d < len(shards); d++ {
 			tp.replicas[d-1] = append(tp.replicas[d-1], shards[d])

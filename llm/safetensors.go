@@ -92,6 +92,10 @@ func openSafetensors(path string) (*stFile, error) {
 // bytes returns a view of t's data in the mapping.
 func (t *stTensor) bytes() []byte { return t.file.data[t.Begin:t.End] }
 
+// release says t's bytes were copied out: its file pages leave the
+// resident set (dropPages); bytes still reads them.
+func (t *stTensor) release() { dropPages(t.bytes()) }
+
 // checkpointTensors is every tensor of a checkpoint directory, from one
 // model.safetensors or the shards model.safetensors.index.json names.
 type checkpointTensors struct {

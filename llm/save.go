@@ -114,6 +114,7 @@ func checkpointValues(src string, cfg *Config, trained map[string]*ir.Tensor) (m
 		for i := range v {
 			v[i] = getFloat32(raw, i)
 		}
+		ct.tensors[w.name].release()
 		out[w.name] = v
 	}
 	return out, nil

@@ -236,12 +236,14 @@ func placeWeights(ctx context.Context, b *tensorbridge.Backend, c *Config, ct *c
 			if err := put(w.name, ir.Int8, w.shape, q); err != nil {
 				return nil, 0, err
 			}
+			ct.tensors[w.name].release()
 			scales = append(scales, s)
 			continue
 		}
 		if err := put(w.name, dt, w.shape, convert(ct.tensors[w.name], dt)); err != nil {
 			return nil, 0, err
 		}
+		ct.tensors[w.name].release()
 	}
 	cos, sin := ropeTables(c, maxContext)
 	half := c.HeadDim / 2

@@ -18,8 +18,10 @@
 #   scripts/bench-finetune.sh [STEPS] [THREADS]   (default 10 steps, 2 threads)
 #   env: BATCH (4), SEQ (256), ROUNDS (2), BACKENDS ("xla-cpu cpu"),
 #        FULL=1 (also a full fine-tune, --full, one round), REMAT=1 (each
-#        LoRA run again with --remat, gradient checkpointing), LOGS=DIR (keep
-#        each run's per-step log there)
+#        LoRA run again with --remat, gradient checkpointing),
+#        BASE_PRECISION=bfloat16|int8 (tensorbridge's LoRA runs hold the
+#        frozen weights so, --base-precision; the peer stays float32),
+#        LOGS=DIR (keep each run's per-step log there)
 #
 # Needs ~/.cache/tensorbridge/llm-bench/llama-100m (scripts/bench-llm.py
 # make, in the venv of scripts/setup-llm-fixtures.sh) and peft 0.15.2 in
@@ -97,8 +99,8 @@ peer() {
 
 for round in $(seq "$ROUNDS"); do
 	for be in $BACKENDS; do
-		tb "$be" "tb-$be-lora" --lora "$LORA"
-		[[ ${REMAT:-0} != 1 ]] || tb "$be" "tb-$be-lora-remat" --lora "$LORA" --remat
+		tb "$be" "tb-$be-lora" --lora "$LORA" ${BASE_PRECISION:+--base-precision "$BASE_PRECISION"}
+		[[ ${REMAT:-0} != 1 ]] || tb "$be" "tb-$be-lora-remat" --lora "$LORA" --remat ${BASE_PRECISION:+--base-precision "$BASE_PRECISION"}
 		[[ $be != "${BACKENDS%% *}" ]] || peer lora
 	done
 done

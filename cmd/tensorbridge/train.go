@@ -228,7 +228,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // trainGCPercent is train's GOGC unless the environment sets one.
-const trainGCPercent = 25
+const trainGCPercent = 10
 
 // trainCommand parses train's flags and runs it.
 func trainCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {

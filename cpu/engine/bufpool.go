@@ -95,6 +95,9 @@ func (e *Engine) newBuffer(s shapes.Shape) (backends.Buffer, any, error) {
 
 // recycle takes back a buffer a run owns and no longer needs.
 func (e *Engine) recycle(b backends.Buffer) {
+	if e.ar != nil && e.ar.release(b) {
+		return
+	}
 	s, err := e.inner.BufferShape(b)
 	k, ok := keyOf(s)
 	if err != nil || !ok {

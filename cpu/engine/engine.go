@@ -15,9 +15,13 @@
 //     the inner engine (GoMLX's simplego with tensorbridge's added ops),
 //     so every op and dtype simplego executes keeps working, exactly as
 //     before, while kernels move here op by op;
-//   - each value gets a last use, after which its buffer goes back to the
-//     pool, and a segment is handed (donated) the buffers it reads last so
-//     it can work in place.
+//   - each value gets a last use, after which its buffer is freed for the
+//     next value, and a segment is handed (donated) the heap buffers it
+//     reads last so it can work in place. Values of 64 KiB or more live in
+//     the arena (arena.go: one best-fit allocator over memory mapped outside
+//     the Go heap, shared by every shape and dtype); smaller ones, outputs
+//     and segments' values are inner-engine buffers on the heap, kept on
+//     per-shape free lists (bufpool.go).
 //
 // Native steps and segments share one buffer type, the inner engine's, so
 // nothing is copied between them.
@@ -65,6 +69,7 @@ type Engine struct {
 	inner backends.Backend
 	fuse  bool
 	pool  bufPool // the buffers runs freed (bufpool.go)
+	ar    *arena  // large intermediate values (arena.go); nil: on the heap
 }
 
 var _ backends.Backend = (*Engine)(nil)
@@ -72,7 +77,7 @@ var _ backends.Backend = (*Engine)(nil)
 // New returns an engine over inner (a simplego engine, possibly wrapped).
 // The engine owns inner: Finalize finalizes it.
 func New(inner backends.Backend) *Engine {
-	return &Engine{DataInterface: inner, inner: inner, fuse: true}
+	return &Engine{DataInterface: inner, inner: inner, fuse: true, ar: newArena(inner)}
 }
 
 // Name returns the engine's name.
@@ -111,6 +116,9 @@ func (e *Engine) Builder(name string) backends.Builder {
 // Finalize releases the pooled buffers and the inner engine.
 func (e *Engine) Finalize() {
 	e.drain()
+	if e.ar != nil {
+		e.ar.close()
+	}
 	e.inner.Finalize()
 }
 

@@ -240,7 +240,8 @@ func (r *run) segment(i int, st *step, ins []backends.Buffer) (outs []backends.B
 	donate := make([]bool, len(ins))
 	for j, s := range st.ins {
 		sl := &r.x.p.slots[s]
-		donate[j] = r.owned[s] && sl.lastUse == i && !sl.output
+		// The inner engine would pool a donated arena buffer as its own.
+		donate[j] = r.owned[s] && sl.lastUse == i && !sl.output && !r.arenaOwned(ins[j])
 	}
 	res := make([]backends.Buffer, len(st.outs))
 	for j, k := range st.outIndex {
@@ -335,12 +336,12 @@ func (r *run) releaseAll() {
 	}
 }
 
-// outputs hands out the outputs: owned buffers as they are, others (and
-// repeats) as copies.
+// outputs hands out the outputs: owned heap buffers as they are, others
+// (arena buffers, and repeats) as copies.
 func (r *run) outputs() ([]backends.Buffer, error) {
 	res := make([]backends.Buffer, len(r.x.p.outputs))
 	for i, s := range r.x.p.outputs {
-		if r.owned[s] {
+		if r.owned[s] && !r.arenaOwned(r.bufs[s]) {
 			res[i], r.owned[s] = r.bufs[s], false
 			continue
 		}
@@ -350,6 +351,9 @@ func (r *run) outputs() ([]backends.Buffer, error) {
 			return nil, &OpError{Computation: r.x.name, Op: "output", Err: err}
 		}
 		res[i] = c
+	}
+	for _, s := range r.x.p.outputs {
+		r.free(s) // an arena buffer, copied out above
 	}
 	return res, nil
 }
@@ -372,9 +376,29 @@ func (r *run) clone(b backends.Buffer) (backends.Buffer, error) {
 	return nb, nil
 }
 
-// alloc returns a new buffer of shape s and its flat values (not zeroed).
+// alloc returns a new buffer of shape s and its flat values (not zeroed):
+// a large one in the arena unless the running step makes an output of the
+// run, which leaves the engine.
 func (r *run) alloc(s shapes.Shape) (backends.Buffer, any, error) {
+	if a := r.x.e.ar; a != nil && s.Memory() >= arenaMin && !r.outStep() {
+		return a.alloc(s)
+	}
 	return r.x.e.newBuffer(s)
+}
+
+// outStep reports whether the running step makes an output of the run.
+func (r *run) outStep() bool {
+	for _, s := range r.x.p.steps[r.cur].outs {
+		if r.x.p.slots[s].output {
+			return true
+		}
+	}
+	return false
+}
+
+// arenaOwned reports whether b is an arena buffer.
+func (r *run) arenaOwned(b backends.Buffer) bool {
+	return r.x.e.ar != nil && r.x.e.ar.owns(b)
 }
 
 // data returns a buffer's flat values.
