@@ -15,6 +15,3 @@ func mapFile(f *os.File, size int64) ([]byte, func() error, error) {
 	}
 	return data, func() error { return nil }, nil
 }
-
-// dropPages does nothing: the file was read into memory whole.
-func dropPages([]byte) {}
