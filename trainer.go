@@ -61,7 +61,8 @@ func TrainOnDevice(n int) TrainerOption { return func(o *trainerOptions) { o.dev
 type Trainer struct {
 	m           *Model    // the ONNX model trained, or nil with src
 	src         Trainable // the model trained when it is not an ONNX Model
-	consts      []*ir.Tensor
+	consts      []*ir.Tensor // a Trainable's constants, device 0's (ConstantReleaser may have freed split ones)
+	constShapes []ir.Shape   // their shapes, kept when they are freed
 	b           *Backend
 	cfg         train.Config
 	dev         int
@@ -518,6 +519,9 @@ func (t *Trainer) Eval(ctx context.Context, batch map[string]*ir.Tensor) (float6
 	micro, err := t.split(batch, 1)
 	if err != nil {
 		return 0, err
+	}
+	if t.mesh != nil && t.src != nil && len(t.mesh.splitConstants()) > 0 {
+		return t.evalMesh(ctx, micro[0])
 	}
 	ex, err := t.exec(ctx, micro[0], 1, true)
 	if err != nil {

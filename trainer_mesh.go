@@ -67,6 +67,17 @@ func (tm *trainMesh) constSplit(i int) bool {
 	return i < len(tm.constSplits) && tm.constSplits[i].Split()
 }
 
+// splitConstants returns the indices of the constants tp splits.
+func (tm *trainMesh) splitConstants() []int {
+	var idx []int
+	for i := range tm.constSplits {
+		if tm.constSplit(i) {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
 // sharded says whether some stored argument is split (fsdp, tp).
 func (tm *trainMesh) sharded() bool {
 	for _, p := range tm.splits {
@@ -167,7 +178,7 @@ func (t *Trainer) sourceSplits() ([]shard.Plan, error) {
 		bad = len(trained[i]) != t.params[i].Shape.Rank()
 	}
 	for i := 0; !bad && i < len(consts); i++ {
-		bad = len(consts[i]) != t.consts[i].Shape().Rank()
+		bad = len(consts[i]) != t.constShapes[i].Rank()
 	}
 	if bad {
 		return nil, &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "new trainer",
@@ -436,47 +447,10 @@ func (t *Trainer) stepMesh(e *meshExec, args []*ir.Tensor) (loss, norm *ir.Tenso
 	tm := t.mesh
 	D := tm.devices()
 	n := len(t.params) * (1 + len(t.slots))
-	per := len(args)
-	all := make([][]*ir.Tensor, D)
-	for d := range all {
-		all[d] = make([]*ir.Tensor, per)
-	}
-	var temps []*ir.Tensor
+	all, temps, err := t.meshArgs(e, args, n)
 	defer func() { freeAll(temps) }()
-	l := shard.Layout{Mesh: tm.dm}
-	for i, a := range args {
-		switch {
-		case i < n:
-			all[0][i] = a
-			for d := 1; d < D; d++ {
-				all[d][i] = tm.replicas[d-1][i]
-			}
-		case i < n+len(t.consts):
-			all[0][i] = a
-			if tm.constSplit(i - n) {
-				all[0][i] = tm.constZero[i-n]
-			}
-			for d := 1; d < D; d++ {
-				all[d][i] = tm.consts[d-1][i-n]
-			}
-		case e.splits[i].Split():
-			spec, err := l.Spec(e.splits[i])
-			if err != nil {
-				return nil, nil, 0, err
-			}
-			dt, err := distributed.ShardTensor(spec, a)
-			if err != nil {
-				return nil, nil, 0, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "shape", Expected: "a batch the data axis divides", Got: err.Error()}
-			}
-			for d, sh := range dt.Shards() {
-				temps = append(temps, sh)
-				all[d][i] = sh
-			}
-		default: // replicated host values (the hyper-parameters): RunSharded copies them to each device
-			for d := range D {
-				all[d][i] = a
-			}
-		}
+	if err != nil {
+		return nil, nil, 0, err
 	}
 	start := time.Now()
 	outs, err := e.prog.RunSharded(context.Background(), all)
@@ -506,6 +480,151 @@ func (t *Trainer) stepMesh(e *meshExec, args []*ir.Tensor) (loss, norm *ir.Tenso
 	}
 	freeAll(old)
 	return res[n], res[n+1], ran, nil
+}
+
+// meshArgs spreads a one-device program's arguments (argShapes order,
+// device 0's tensors) over the mesh: the first n stored ones (weights, then
+// the step's optimizer state) and the constants as each device holds
+// them, the batch split over the data axis (temps, for the caller to
+// free), host values replicated.
+func (t *Trainer) meshArgs(e *meshExec, args []*ir.Tensor, n int) (all [][]*ir.Tensor, temps []*ir.Tensor, err error) {
+	tm := t.mesh
+	D := tm.devices()
+	all = make([][]*ir.Tensor, D)
+	for d := range all {
+		all[d] = make([]*ir.Tensor, len(args))
+	}
+	l := shard.Layout{Mesh: tm.dm}
+	for i, a := range args {
+		switch {
+		case i < n:
+			all[0][i] = a
+			for d := 1; d < D; d++ {
+				all[d][i] = tm.replicas[d-1][i]
+			}
+		case i < n+len(t.consts):
+			all[0][i] = a
+			if tm.constSplit(i - n) {
+				all[0][i] = tm.constZero[i-n]
+			}
+			for d := 1; d < D; d++ {
+				all[d][i] = tm.consts[d-1][i-n]
+			}
+		case e.splits[i].Split():
+			spec, err := l.Spec(e.splits[i])
+			if err != nil {
+				return nil, temps, err
+			}
+			dt, err := distributed.ShardTensor(spec, a)
+			if err != nil {
+				return nil, temps, &errs.InputError{Name: fmt.Sprintf("#%d", i), Problem: "shape", Expected: "a batch the data axis divides", Got: err.Error()}
+			}
+			for d, sh := range dt.Shards() {
+				temps = append(temps, sh)
+				all[d][i] = sh
+			}
+		default: // replicated host values (the hyper-parameters): RunSharded copies them to each device
+			for d := range D {
+				all[d][i] = a
+			}
+		}
+	}
+	return all, temps, nil
+}
+
+// evalMesh is Eval of a Trainable whose constants tp splits: the
+// evaluation program built as one SPMD program over the mesh, as the step
+// is (compileMesh), reading each device's parts of the weights and
+// constants, so that no device holds a split constant whole (the one-device
+// evaluation needed device 0's whole copies, which ConstantReleaser frees).
+func (t *Trainer) evalMesh(ctx context.Context, mb map[string]*ir.Tensor) (float64, error) {
+	e, err := t.meshEvalExec(ctx, mb)
+	if err != nil {
+		return 0, err
+	}
+	batch, err := t.sourceArgs(e.trainExec, mb)
+	if err != nil {
+		return 0, err
+	}
+	args := append(append(append([]*ir.Tensor(nil), t.weights...), t.consts...), batch...)
+	all, temps, err := t.meshArgs(e, args, len(t.params))
+	defer func() { freeAll(temps) }()
+	if err != nil {
+		return 0, err
+	}
+	outs, err := e.prog.RunSharded(ctx, all)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		for _, o := range outs {
+			freeAll(o)
+		}
+	}()
+	l, err := hostScalar(outs[0][0])
+	if err != nil {
+		return 0, &errs.Error{Kind: errs.Internal, Backend: t.b.Name(), Op: "eval", Err: err}
+	}
+	return l, nil
+}
+
+// meshEvalExec returns evalMesh's compiled program for this batch's
+// shapes: the weights and constants split as they are stored, the batch
+// over the data axis, the loss replicated.
+func (t *Trainer) meshEvalExec(ctx context.Context, mb map[string]*ir.Tensor) (*meshExec, error) {
+	tm := t.mesh
+	ex := &trainExec{}
+	key := "eval"
+	for _, name := range t.src.TrainInputs() {
+		v := mb[name]
+		if d := v.Shape().Dimensions[0]; d%tm.mesh.Data != 0 {
+			return nil, &errs.InputError{Name: name, Problem: "shape",
+				Expected: fmt.Sprintf("a batch the data axis (%d devices) divides", tm.mesh.Data), Got: fmt.Sprint(d)}
+		}
+		ex.params = append(ex.params, onnx.Param{Name: name, Shape: v.Shape()})
+		key += " " + name + "=" + v.Shape().String()
+	}
+	if e, ok := tm.execs[key]; ok {
+		return e, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	shapes := t.argShapes(ex, 1, true)
+	n, c := len(t.params), len(t.consts)
+	e := &meshExec{trainExec: ex}
+	for i, s := range shapes {
+		pl := make(shard.Plan, s.Rank()) // replicated
+		switch {
+		case i < n:
+			pl = tm.splits[i]
+		case i < n+c:
+			if tm.constSplit(i - n) {
+				pl = tm.constSplits[i-n]
+			}
+		default:
+			pl = shard.Batch(s.Dimensions, tm.mesh.Data)
+		}
+		e.splits = append(e.splits, pl)
+	}
+	devs := make([]int, tm.mesh.Devices())
+	for i := range devs {
+		devs[i] = i
+	}
+	name := "eval-" + tm.name() + ":" + t.name()
+	prog, err := t.b.CompileSharded(ctx, name, tm.mesh, devs, func(g *ir.Graph, in []*ir.Node) ([]*ir.Node, error) {
+		return t.buildProgram(g, in, ex, 1, true)
+	}, shapes, e.splits, []shard.Plan{{}})
+	if err != nil {
+		var ce *errs.CompileError
+		if errors.As(err, &ce) || errs.KindOf(err) != errs.Unknown {
+			return nil, err
+		}
+		return nil, &errs.CompileError{Backend: t.b.Name(), Program: name, Err: err}
+	}
+	e.prog = prog
+	tm.execs[key] = e
+	return e, nil
 }
 
 // evalWeights returns device 0's whole weights for the one-device

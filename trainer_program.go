@@ -163,9 +163,7 @@ func (t *Trainer) argShapes(ex *trainExec, k int, eval bool) []ir.Shape {
 			}
 		}
 	}
-	for _, c := range t.consts {
-		shapes = append(shapes, c.Shape())
-	}
+	shapes = append(shapes, t.constShapes...)
 	for range k {
 		for _, p := range ex.params {
 			shapes = append(shapes, p.Shape)

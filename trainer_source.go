@@ -99,6 +99,7 @@ func (b *Backend) NewTrainer(ctx context.Context, src Trainable, cfg train.Confi
 		execs: map[string]*trainExec{}, modelDigest: src.TrainDigest(), consts: src.TrainConstants(), mesh: tm}
 	t.frozen = len(t.consts)
 	for _, c := range t.consts {
+		t.constShapes = append(t.constShapes, c.Shape())
 		t.frozenElems += int64(c.Shape().Size())
 	}
 	if fz, ok := src.(interface{ TrainFrozen() (int, int64) }); ok { // the model's own count
@@ -117,8 +118,24 @@ func (b *Backend) NewTrainer(ctx context.Context, src Trainable, cfg train.Confi
 			t.release()
 			return nil, err
 		}
+		if r, ok := src.(ConstantReleaser); ok {
+			if idx := tm.splitConstants(); len(idx) > 0 {
+				r.ReleaseConstants(idx)
+			}
+		}
 	}
 	return t, nil
+}
+
+// ConstantReleaser is a Trainable whose constants a tensor-parallel
+// Trainer may have freed: once every device holds its own part of a
+// constant that tp splits (device 0 a new tensor beside the Trainable's
+// whole one), NewTrainer calls ReleaseConstants with those constants'
+// indices (TrainConstants order), so that no device holds a split
+// constant whole; the step and Eval then read only the parts. The
+// Trainable must not read those tensors again.
+type ConstantReleaser interface {
+	ReleaseConstants(idx []int)
 }
 
 // TrainSplitter is a Trainable that says how its tensors lie over a

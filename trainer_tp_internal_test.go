@@ -3,6 +3,7 @@ package tensorbridge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -151,6 +152,86 @@ func TestTrainerTensorParallelConstants(t *testing.T) {
 					t.Errorf("V[%d][%d] = %.9g after %d steps, exact %.9g", i/2, i%2, g, steps, want)
 				}
 			}
+		})
+	}
+}
+
+// releasingToy is a tpToy that frees its constant when the Trainer
+// says every device holds its part (ConstantReleaser).
+type releasingToy struct {
+	tpToy
+	released []int
+}
+
+func (p *releasingToy) ReleaseConstants(idx []int) {
+	p.released = append(p.released, idx...)
+	for _, i := range idx {
+		if i == 0 {
+			_ = p.f.FinalizeAll()
+		}
+	}
+}
+
+// TestTrainerTensorParallelRelease: with tp the Trainer releases the
+// Trainable's whole copy of the constant it split (device 0 then holds
+// only its part), and both the steps and Eval, which then runs as one
+// SPMD program over the parts, give the exact arithmetic's losses: Eval
+// before the first step is the first step's loss, and after the steps the
+// loss of the updated V. Fault injected once: Eval through the one-device
+// program (reading the released tensor) fails.
+func TestTrainerTensorParallelRelease(t *testing.T) {
+	ctx := context.Background()
+	b, err := Open(ctx, "xla-cpu:devices=4")
+	if err != nil {
+		testreq.Skipf(t, "xla-cpu: %v", err)
+	}
+	defer b.Close()
+	const lr, steps = 0.0625, 3
+	wantLoss, _ := toyReference(steps+1, lr)
+	for _, mesh := range []string{"data=1,model=2", "data=2,model=2"} {
+		t.Run(mesh, func(t *testing.T) {
+			hf, _ := ir.TensorFromFlat(slices.Clone(toyF), 4, 8)
+			f, err := ir.ToDevice(hf, b.drv.Engine(), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			toy := &releasingToy{tpToy: tpToy{f: f, v: toyV}}
+			cfg := train.Config{Loss: train.Loss{Kind: train.LossOutput, Output: "loss"}, Batch: 4,
+				Optimizer: train.Optimizer{Kind: train.SGD, LR: lr}, Mesh: mesh, Strategy: "tp"}
+			tr, err := b.NewTrainer(ctx, toy, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			if !slices.Equal(toy.released, []int{0}) {
+				t.Fatalf("released constants %v, want [0] (F, split over the model axis)", toy.released)
+			}
+			checkToyParts(t, tr)
+			x, _ := ir.TensorFromFlat(slices.Clone(toyX), 4, 4)
+			y, _ := ir.TensorFromFlat(slices.Clone(toyY), 4, 2)
+			batch := map[string]*ir.Tensor{"x": x, "y": y}
+			check := func(what string, got, want float64) {
+				t.Helper()
+				if math.Abs(got-want) > 1e-6*want {
+					t.Errorf("%s: loss %.9g, exact %.9g", what, got, want)
+				}
+			}
+			l, err := tr.Eval(ctx, batch)
+			if err != nil {
+				t.Fatalf("eval before the steps: %v", err)
+			}
+			check("eval before the steps", l, wantLoss[0])
+			for s := range steps {
+				r, err := tr.Step(ctx, batch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				check(fmt.Sprintf("step %d", s+1), r.Loss, wantLoss[s])
+			}
+			if l, err = tr.Eval(ctx, batch); err != nil {
+				t.Fatalf("eval after the steps: %v", err)
+			}
+			check("eval after the steps", l, wantLoss[steps])
 		})
 	}
 }

@@ -25,6 +25,52 @@ import (
 	"github.com/tensorbridge/tensorbridge/shard"
 )
 
+// ReleaseConstants frees the checkpoint weights at TrainConstants indices
+// idx (tensorbridge.ConstantReleaser): a tensor-parallel Trainer has
+// placed each device's part of them, so device 0 no longer holds the
+// whole base model beside its part. The model is then closed for
+// everything else (generation answers tensorbridge.ErrClosed); its other
+// weights stay with the Trainer until Model.Close.
+func (f *FineTune) ReleaseConstants(idx []int) {
+	m := f.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.weights == nil {
+		return
+	}
+	widx := f.constantWeights()
+	gone := map[int]bool{}
+	for _, i := range idx {
+		if i >= 0 && i < len(widx) {
+			gone[widx[i]] = true
+		}
+	}
+	for i, w := range m.weights {
+		if gone[i] {
+			_ = w.FinalizeAll()
+		} else {
+			m.kept = append(m.kept, w)
+		}
+	}
+	m.weights = nil
+}
+
+// constantWeights maps TrainConstants indices to the model's weights.
+func (f *FineTune) constantWeights() []int {
+	if f.lora != nil {
+		out := make([]int, len(f.m.weights))
+		for i := range out {
+			out[i] = i
+		}
+		return out
+	}
+	out := append([]int(nil), f.frozenIdx...)
+	for i := len(weightSpecs(f.m.Config)); i < len(f.m.weights); i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
 // loraMeshRules place the adapters (above), then the base weights as
 // meshRules does.
 var loraMeshRules = shard.Options{NamedOnly: true, Rules: append(mustRules(

@@ -29,6 +29,9 @@ type Model struct {
 	mu      sync.Mutex
 	weights []*ir.Tensor // nil once closed; mesh position 0's with a mesh
 	tp      *tpModel     // nil on one device (mesh.go)
+	// kept are the weights a tensor-parallel Trainer still reads after
+	// FineTune.ReleaseConstants closed the model (weights is nil then).
+	kept []*ir.Tensor
 }
 
 // LoadOptions tune Load.
@@ -138,7 +141,8 @@ func (m *Model) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	freeAll(m.weights)
-	m.weights = nil
+	freeAll(m.kept)
+	m.weights, m.kept = nil, nil
 	m.tp.release()
 	return nil
 }

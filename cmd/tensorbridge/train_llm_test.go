@@ -578,3 +578,55 @@ func readTensors(t *testing.T, dir string) map[string][]float32 {
 	}
 	return out
 }
+
+// TestTrainLLMTPEval: with --strategy tp the evaluation runs as one SPMD
+// program over each device's parts of the base model (device 0 no longer
+// keeps the whole model for it, FineTune.ReleaseConstants), and its losses
+// equal the one-device run's within float rounding (meshTol.loss), LoRA
+// and full. Fault injected once: the one-device evaluation after the
+// release fails the run ("finalized").
+func TestTrainLLMTPEval(t *testing.T) {
+	b, err := tensorbridge.Open(context.Background(), "xla-cpu:devices=2")
+	if err != nil {
+		testreq.Skipf(t, "xla-cpu: %v", err)
+	}
+	b.Close()
+	base, _ := llmFixture(t, "llama")
+	fix, refs := finetuneFixture(t, "llama")
+	data := filepath.Join("..", "..", "llm", "sft", "testdata", "text.jsonl")
+	for _, mode := range []string{"lora", "full"} {
+		t.Run(mode, func(t *testing.T) {
+			evals := func(backend string, extra ...string) []float64 {
+				t.Helper()
+				logPath := filepath.Join(t.TempDir(), "log.jsonl")
+				args := []string{"train", base, "--data", data, "--eval-data", data, "--eval-every", "2",
+					"--seq-len", "64", "--batch", "2", "--steps", "4", "--backend", backend, "--log-json", logPath}
+				if mode == "lora" {
+					args = append(args, "--lora-init", filepath.Join(fix, refs.Runs["lora-text"].Init))
+				} else {
+					args = append(args, "--full")
+				}
+				if code, _, stderr := run(t, append(args, extra...)...); code != 0 {
+					t.Fatalf("exit %d: %s", code, stderr)
+				}
+				var out []float64
+				for _, l := range readLog(t, logPath) {
+					if l.EvalLoss != nil {
+						out = append(out, *l.EvalLoss)
+					}
+				}
+				return out
+			}
+			one := evals("xla-cpu")
+			tp := evals("xla-cpu:devices=2", "--mesh", "data=1,model=2", "--strategy", "tp")
+			if len(one) != 2 || len(tp) != len(one) {
+				t.Fatalf("eval losses: one device %v, tp %v; want 2 each", one, tp)
+			}
+			for i := range one {
+				if d := math.Abs(tp[i]-one[i]) / one[i]; d > meshTol.loss {
+					t.Errorf("eval %d: tp %.9g, one device %.9g (relative %.2g > %.2g)", i+1, tp[i], one[i], d, meshTol.loss)
+				}
+			}
+		})
+	}
+}
