@@ -59,8 +59,8 @@ func TrainOnDevice(n int) TrainerOption { return func(o *trainerOptions) { o.dev
 // Trainer trains a Model's weights. Its methods are safe for concurrent
 // use; steps run one at a time.
 type Trainer struct {
-	m           *Model    // the ONNX model trained, or nil with src
-	src         Trainable // the model trained when it is not an ONNX Model
+	m           *Model       // the ONNX model trained, or nil with src
+	src         Trainable    // the model trained when it is not an ONNX Model
 	consts      []*ir.Tensor // a Trainable's constants, device 0's (ConstantReleaser may have freed split ones)
 	constShapes []ir.Shape   // their shapes, kept when they are freed
 	b           *Backend
@@ -520,7 +520,7 @@ func (t *Trainer) Eval(ctx context.Context, batch map[string]*ir.Tensor) (float6
 	if err != nil {
 		return 0, err
 	}
-	if t.mesh != nil && t.src != nil && len(t.mesh.splitConstants()) > 0 {
+	if t.mesh != nil && t.src != nil && len(t.mesh.ownConstants()) > 0 {
 		return t.evalMesh(ctx, micro[0])
 	}
 	ex, err := t.exec(ctx, micro[0], 1, true)

@@ -45,7 +45,8 @@ type trainMesh struct {
 	execs    map[string]*meshExec
 	// consts[d-1] are device d's copies (or tp parts) of a Trainable's
 	// constants; constZero[i] is device 0's part of constant i where it
-	// is split (tp), nil where device 0 reads the Trainable's own tensor.
+	// is split (tp) or its copy where the Trainable holds it on the host,
+	// nil where device 0 reads the Trainable's own tensor.
 	consts    [][]*ir.Tensor
 	constZero []*ir.Tensor
 	// constSplits (per constant) is how a Trainable's constants lie over
@@ -67,11 +68,13 @@ func (tm *trainMesh) constSplit(i int) bool {
 	return i < len(tm.constSplits) && tm.constSplits[i].Split()
 }
 
-// splitConstants returns the indices of the constants tp splits.
-func (tm *trainMesh) splitConstants() []int {
+// ownConstants returns the indices of the constants device 0 reads from
+// the Trainer's own tensors (constZero): those tp splits, and those the
+// Trainable holds on the host.
+func (tm *trainMesh) ownConstants() []int {
 	var idx []int
-	for i := range tm.constSplits {
-		if tm.constSplit(i) {
+	for i, c := range tm.constZero {
+		if c != nil {
 			idx = append(idx, i)
 		}
 	}
@@ -504,8 +507,8 @@ func (t *Trainer) meshArgs(e *meshExec, args []*ir.Tensor, n int) (all [][]*ir.T
 			}
 		case i < n+len(t.consts):
 			all[0][i] = a
-			if tm.constSplit(i - n) {
-				all[0][i] = tm.constZero[i-n]
+			if z := tm.constZero[i-n]; z != nil {
+				all[0][i] = z
 			}
 			for d := 1; d < D; d++ {
 				all[d][i] = tm.consts[d-1][i-n]

@@ -119,7 +119,7 @@ func (b *Backend) NewTrainer(ctx context.Context, src Trainable, cfg train.Confi
 			return nil, err
 		}
 		if r, ok := src.(ConstantReleaser); ok {
-			if idx := tm.splitConstants(); len(idx) > 0 {
+			if idx := tm.ownConstants(); len(idx) > 0 {
 				r.ReleaseConstants(idx)
 			}
 		}
@@ -127,13 +127,14 @@ func (b *Backend) NewTrainer(ctx context.Context, src Trainable, cfg train.Confi
 	return t, nil
 }
 
-// ConstantReleaser is a Trainable whose constants a tensor-parallel
-// Trainer may have freed: once every device holds its own part of a
-// constant that tp splits (device 0 a new tensor beside the Trainable's
-// whole one), NewTrainer calls ReleaseConstants with those constants'
-// indices (TrainConstants order), so that no device holds a split
-// constant whole; the step and Eval then read only the parts. The
-// Trainable must not read those tensors again.
+// ConstantReleaser is a Trainable whose constants a mesh Trainer may
+// free: once every device holds its own copy or part of a constant (with
+// tp, device 0 a new tensor beside the Trainable's whole one; or a copy
+// of a constant the Trainable holds on the host), NewTrainer calls
+// ReleaseConstants with those constants' indices (TrainConstants order),
+// so that no device holds a split constant whole; the step and Eval then
+// read only the Trainer's tensors. The Trainable must not read those
+// tensors again.
 type ConstantReleaser interface {
 	ReleaseConstants(idx []int)
 }
@@ -148,10 +149,11 @@ type TrainSplitter interface {
 	TrainSplits(model int) (trained, constants []shard.Plan, notes []string)
 }
 
-// replicateConstants places a Trainable's constants (on device 0, owned
-// by the Trainable) on every device of the mesh: whole copies, or with
-// tp each device's part of the constants planned split (device 0's part
-// is then a new tensor beside the Trainable's whole one).
+// replicateConstants places a Trainable's constants (owned by the
+// Trainable, on device 0 or in host memory) on every device of the mesh:
+// whole copies, or with tp each device's part of the constants planned
+// split. Device 0 gets a tensor of its own (constZero) for a split
+// constant and for one held on the host.
 func (t *Trainer) replicateConstants(ctx context.Context) error {
 	tm := t.mesh
 	D := tm.devices()
@@ -164,7 +166,7 @@ func (t *Trainer) replicateConstants(ctx context.Context) error {
 		}
 		parts, err := t.constantParts(l, i, c)
 		for d := 0; err == nil && d < D; d++ {
-			if d == 0 && !tm.constSplit(i) {
+			if d == 0 && !tm.constSplit(i) && c.IsOnDevice(0) {
 				continue // the Trainable's own tensor
 			}
 			var x *ir.Tensor

@@ -177,8 +177,10 @@ func (p *releasingToy) ReleaseConstants(idx []int) {
 // only its part), and both the steps and Eval, which then runs as one
 // SPMD program over the parts, give the exact arithmetic's losses: Eval
 // before the first step is the first step's loss, and after the steps the
-// loss of the updated V. Fault injected once: Eval through the one-device
-// program (reading the released tensor) fails.
+// loss of the updated V. The Trainable's F lies on device 0 or in host
+// memory (llm.LoadOptions.OnHost: then no device ever holds it whole).
+// Fault injected once: Eval through the one-device program (reading the
+// released tensor) fails.
 func TestTrainerTensorParallelRelease(t *testing.T) {
 	ctx := context.Background()
 	b, err := Open(ctx, "xla-cpu:devices=4")
@@ -188,12 +190,18 @@ func TestTrainerTensorParallelRelease(t *testing.T) {
 	defer b.Close()
 	const lr, steps = 0.0625, 3
 	wantLoss, _ := toyReference(steps+1, lr)
-	for _, mesh := range []string{"data=1,model=2", "data=2,model=2"} {
-		t.Run(mesh, func(t *testing.T) {
-			hf, _ := ir.TensorFromFlat(slices.Clone(toyF), 4, 8)
-			f, err := ir.ToDevice(hf, b.drv.Engine(), 0)
-			if err != nil {
-				t.Fatal(err)
+	for _, row := range []struct {
+		mesh string
+		host bool
+	}{{"data=1,model=2", false}, {"data=2,model=2", false}, {"data=1,model=2", true}, {"data=2,model=2", true}} {
+		mesh := row.mesh
+		t.Run(fmt.Sprintf("%s/host=%v", mesh, row.host), func(t *testing.T) {
+			f, _ := ir.TensorFromFlat(slices.Clone(toyF), 4, 8)
+			if !row.host {
+				var err error
+				if f, err = ir.ToDevice(f, b.drv.Engine(), 0); err != nil {
+					t.Fatal(err)
+				}
 			}
 			toy := &releasingToy{tpToy: tpToy{f: f, v: toyV}}
 			cfg := train.Config{Loss: train.Loss{Kind: train.LossOutput, Output: "loss"}, Batch: 4,

@@ -1,12 +1,15 @@
 package llm
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/tensorbridge/tensorbridge/errs"
 	"github.com/tensorbridge/tensorbridge/shard"
 )
 
@@ -101,5 +104,45 @@ func TestFineTuneTrainSplits(t *testing.T) {
 				t.Fatalf("%d trained and %d constant plans, want %d and 2 (the rope tables)", len(trained), len(consts), len(specs))
 			}
 		})
+	}
+}
+
+// TestLoadOnHost: LoadOptions.OnHost keeps every weight in host memory
+// (none on device 0), with the same values as a load onto the device, and
+// refuses a mesh.
+func TestLoadOnHost(t *testing.T) {
+	dir := filepath.Join(fixtureDir(t), "llama")
+	b := testBackend(t)
+	ctx := context.Background()
+	host, err := Load(ctx, b, dir, LoadOptions{OnHost: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	dev, err := Load(ctx, b, dir, LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if len(host.weights) != len(dev.weights) {
+		t.Fatalf("%d host weights, %d on the device", len(host.weights), len(dev.weights))
+	}
+	for i, w := range host.weights {
+		if w.IsOnDevice(0) {
+			t.Fatalf("weight %d is on device 0, want host memory only", i)
+		}
+		var a, d []byte
+		if err := w.ConstBytes(func(b []byte) { a = bytes.Clone(b) }); err != nil {
+			t.Fatal(err)
+		}
+		if err := dev.weights[i].ConstBytes(func(b []byte) { d = bytes.Clone(b) }); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(a, d) {
+			t.Errorf("weight %d: host bytes differ from the device load's", i)
+		}
+	}
+	if _, err := Load(ctx, b, dir, LoadOptions{OnHost: true, Mesh: shard.Mesh{Data: 1, Model: 2}}); !errors.Is(err, errs.ErrUnsupported) {
+		t.Errorf("OnHost with a mesh: %v, want ErrUnsupported", err)
 	}
 }

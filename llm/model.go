@@ -53,6 +53,12 @@ type LoadOptions struct {
 	// Adapters are LoRA adapters served beside the base model
 	// (adapters.go): Request.Adapter picks one per request.
 	Adapters []AdapterSource
+	// OnHost keeps the weights in host memory instead of placing them on
+	// device 0: for a tensor-parallel Trainer (train --strategy tp), which
+	// places each device's part itself, so that no device ever holds the
+	// whole model. Such a model still generates, copying its weights to
+	// the device on each run; Mesh and Adapters are refused with it.
+	OnHost bool
 }
 
 // Load reads a Hugging Face checkpoint directory (config.json,
@@ -88,6 +94,9 @@ func Load(ctx context.Context, b *tensorbridge.Backend, dir string, o LoadOption
 	if err := checkTensors(dir, cfg, ct); err != nil {
 		return nil, err
 	}
+	if o.OnHost && (normMesh(o.Mesh).Devices() > 1 || len(o.Adapters) > 0) {
+		return nil, &errs.UnsupportedError{What: "feature", Name: "LoadOptions.OnHost with a mesh or adapters", Detail: "host weights are for a tensor-parallel Trainer, which splits them itself"}
+	}
 	if mesh := normMesh(o.Mesh); mesh.Devices() > 1 {
 		if len(o.Adapters) > 0 {
 			return nil, &errs.UnsupportedError{What: "feature", Name: "adapters on a mesh", Detail: "load the model on one device to serve adapters"}
@@ -108,10 +117,12 @@ func Load(ctx context.Context, b *tensorbridge.Backend, dir string, o LoadOption
 		}
 		return &Model{Config: cfg, Dir: dir, b: b, dtype: dt, maxContext: ctxLen, weightBytes: whole, weights: ws, tp: tp}, nil
 	}
-	if err := checkWeightsFit(ctx, b, cfg, dt, dir); err != nil {
-		return nil, err
+	if !o.OnHost {
+		if err := checkWeightsFit(ctx, b, cfg, dt, dir); err != nil {
+			return nil, err
+		}
 	}
-	ws, bytes, err := placeWeights(ctx, b, cfg, ct, dt, ctxLen)
+	ws, bytes, err := placeWeights(ctx, b, cfg, ct, dt, ctxLen, o.OnHost)
 	if err != nil {
 		return nil, err
 	}

@@ -201,8 +201,9 @@ func bf16Bits(f float32) uint16 {
 
 // placeWeights converts and transfers every decoder weight to device 0, in
 // weightSpecs' order, then the rope tables (float32 cos and sin,
-// [maxContext, headDim/2]). On failure nothing stays placed.
-func placeWeights(ctx context.Context, b *tensorbridge.Backend, c *Config, ct *checkpointTensors, dt ir.DType, maxContext int) (ws []*ir.Tensor, bytes int64, err error) {
+// [maxContext, headDim/2]); with onHost they stay host tensors. On failure
+// nothing stays placed.
+func placeWeights(ctx context.Context, b *tensorbridge.Backend, c *Config, ct *checkpointTensors, dt ir.DType, maxContext int, onHost bool) (ws []*ir.Tensor, bytes int64, err error) {
 	defer func() {
 		if err != nil {
 			freeAll(ws)
@@ -213,6 +214,11 @@ func placeWeights(ctx context.Context, b *tensorbridge.Backend, c *Config, ct *c
 		h, err := ir.TensorFromBytes(d, dims, raw)
 		if err != nil {
 			return fmt.Errorf("weight %q: %w", name, err)
+		}
+		if onHost { // h is a copy of raw (which may view the mapping)
+			ws = append(ws, h)
+			bytes += int64(len(raw))
+			return nil
 		}
 		t, err := ir.ToDevice(h, b.Engine(), 0)
 		_ = h.FinalizeAll()

@@ -218,7 +218,9 @@ func trainLLM(ctx context.Context, dir string, f *trainFlags, cfg train.Config, 
 		return err
 	}
 	defer b.Close()
-	lo := llm.LoadOptions{Precision: config.Float32, MaxContext: f.llm.seqLen}
+	// With tp the Trainer places each device's part of the weights from
+	// host memory: no device holds the whole model, even while loading.
+	lo := llm.LoadOptions{Precision: config.Float32, MaxContext: f.llm.seqLen, OnHost: f.strategy == "tp"}
 	switch f.llm.basePrecision {
 	case "bfloat16":
 		lo.Precision = config.BFloat16
