@@ -224,7 +224,7 @@ func TestChunkOptions(t *testing.T) {
 		o    EngineOptions
 	}{
 		{"prefix cache without chunks", EngineOptions{PrefixCache: true}},
-		{"negative chunk", EngineOptions{PrefillChunk: -1}},
+		{"negative chunk", EngineOptions{PrefillChunk: -2}},
 		{"chunk as long as the context", EngineOptions{PrefillChunk: m.MaxContext()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -237,6 +237,43 @@ func TestChunkOptions(t *testing.T) {
 				t.Errorf("got %v, want errs.ErrInvalidInput", err)
 			}
 		})
+	}
+}
+
+// TestDefaultPrefillChunk: serve's default chunk size per context length
+// (64 below the context, else 32 or 16, else whole prompts), and an engine
+// given AutoPrefillChunk chunks by it with the prefix cache on, or, where
+// the context is too short to chunk, prefills whole with the cache off.
+func TestDefaultPrefillChunk(t *testing.T) {
+	for _, tc := range []struct{ ctx, want int }{
+		{4096, 64}, {128, 64}, {65, 64}, {64, 32}, {33, 32}, {32, 16}, {17, 16}, {16, 0}, {1, 0},
+	} {
+		if got := DefaultPrefillChunk(tc.ctx); got != tc.want {
+			t.Errorf("DefaultPrefillChunk(%d) = %d, want %d", tc.ctx, got, tc.want)
+		}
+	}
+	b := testBackend(t)
+	ctx := context.Background()
+	for _, mc := range []int{128, 16} {
+		m, err := Load(ctx, b, filepath.Join(fixtureDir(t), "llama"), LoadOptions{MaxContext: mc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := NewEngine(ctx, m, EngineOptions{MaxSequences: 1, PrefillChunk: AutoPrefillChunk, PrefixCache: true})
+		if err != nil {
+			m.Close()
+			t.Fatalf("context %d: %v", mc, err)
+		}
+		size, prefix := 0, false
+		if e.chunks != nil {
+			size, prefix = e.chunks.size, e.chunks.prefix
+		}
+		want := DefaultPrefillChunk(mc)
+		if size != want || prefix != (want > 0) {
+			t.Errorf("context %d: chunks of %d, prefix cache %v; want %d, %v", mc, size, prefix, want, want > 0)
+		}
+		_ = e.Close()
+		m.Close()
 	}
 }
 

@@ -57,7 +57,8 @@ type EngineOptions struct {
 	// between decode steps, so that a long prompt never stalls the running
 	// sequences (chunked.go); prompts may then be as long as the context
 	// allows, whatever the prefill buckets. 0: each prompt in one prefill
-	// run.
+	// run. AutoPrefillChunk: DefaultPrefillChunk of the model's context,
+	// and then PrefixCache only where that chunks.
 	PrefillChunk int
 	// beforeCompile, when set (tests), runs before each plain program
 	// compiles (coldstart.go); an error fails that compile.
@@ -146,6 +147,10 @@ type seq struct {
 // NewEngine sizes the KV cache, compiles and warms every program, and
 // starts the engine. It reports its capacity through Capacity.
 func NewEngine(ctx context.Context, m *Model, o EngineOptions) (e *Engine, err error) {
+	if o.PrefillChunk == AutoPrefillChunk {
+		o.PrefillChunk = DefaultPrefillChunk(m.maxContext)
+		o.PrefixCache = o.PrefixCache && o.PrefillChunk > 0
+	}
 	c := m.Config
 	perTok := int64(2 * c.Layers * c.KVHeads * c.HeadDim * m.dtype.Size())
 	bs := blockSizeFor(o.PrefillChunk)

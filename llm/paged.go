@@ -321,7 +321,7 @@ func (e *Engine) reserve(s *seq, chunked bool) (reuse int, ok bool) {
 		return 0, false
 	}
 	if prefix {
-		p.count(len(hit))
+		p.count(len(hit), len(s.req.Prompt)-1)
 	}
 	p.acquire(hit)
 	own, _ := p.take(e.seqBlocks(s) - len(hit))

@@ -50,7 +50,7 @@ import (
 // prefixCounters are the prefix cache's counters (read by PrefixStats
 // from other goroutines).
 type prefixCounters struct {
-	lookups, hitBlocks, hitTokens, misses, evictions atomic.Int64
+	lookups, hitBlocks, hitTokens, misses, evictions, queryTokens atomic.Int64
 }
 
 // chainHashes is the chain hashes of toks' full blocks of bs tokens
@@ -120,10 +120,12 @@ func (p *blockPool) register(blocks []int32, toks []int, adapter int) {
 	}
 }
 
-// count adds a lookup that reused n blocks to the stats.
-func (p *blockPool) count(n int) {
+// count adds a lookup of queried prompt tokens that reused n blocks to
+// the stats.
+func (p *blockPool) count(n, queried int) {
 	st := &p.stats
 	st.lookups.Add(1)
+	st.queryTokens.Add(int64(queried))
 	if n == 0 {
 		st.misses.Add(1)
 	}
@@ -133,9 +135,11 @@ func (p *blockPool) count(n int) {
 
 // PrefixStats are the prefix cache's counters since start: prompts looked
 // up, those that reused nothing, the blocks (of KVBlockSize positions)
-// and tokens reused, and the cached blocks evicted for new ones.
+// and tokens reused, the cached blocks evicted for new ones, and the
+// prompt tokens looked up (all but each prompt's last: HitTokens over
+// QueryTokens is the share of prompt tokens not computed again).
 type PrefixStats struct {
-	Lookups, Misses, HitBlocks, HitTokens, Evictions int64
+	Lookups, Misses, HitBlocks, HitTokens, Evictions, QueryTokens int64
 }
 
 // PrefixStats returns the prefix cache's counters (zero without one).
@@ -144,5 +148,5 @@ func (e *Engine) PrefixStats() PrefixStats {
 		return PrefixStats{}
 	}
 	st := &e.pool.stats
-	return PrefixStats{Lookups: st.lookups.Load(), Misses: st.misses.Load(), HitBlocks: st.hitBlocks.Load(), HitTokens: st.hitTokens.Load(), Evictions: st.evictions.Load()}
+	return PrefixStats{Lookups: st.lookups.Load(), Misses: st.misses.Load(), HitBlocks: st.hitBlocks.Load(), HitTokens: st.hitTokens.Load(), Evictions: st.evictions.Load(), QueryTokens: st.queryTokens.Load()}
 }

@@ -200,6 +200,7 @@ type genCollectors struct {
 	running, waiting  *prometheus.GaugeVec
 	cacheUse          *prometheus.GaugeVec
 	cacheBytes        *prometheus.GaugeVec
+	prefix            *prefixCollector
 }
 
 func newGenCollectors(reg *prometheus.Registry) *genCollectors {
@@ -223,8 +224,9 @@ func newGenCollectors(reg *prometheus.Registry) *genCollectors {
 			Help: "Fraction of the KV cache's sequence slots in use."}, model),
 		cacheBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricKVCacheCapacity,
 			Help: "Device bytes of the KV cache."}, model),
+		prefix: &prefixCollector{},
 	}
-	reg.MustRegister(c.ttft, c.tpot, c.generated, c.prompt, c.requests, c.running, c.waiting, c.cacheUse, c.cacheBytes)
+	reg.MustRegister(c.ttft, c.tpot, c.generated, c.prompt, c.requests, c.running, c.waiting, c.cacheUse, c.cacheBytes, c.prefix)
 	return c
 }
 
@@ -524,6 +526,7 @@ func (s *Server) loadGenerators(ctx context.Context) error {
 			return err
 		}
 		g.met = coll.forModel(g.name)
+		coll.prefix.add(g)
 		// Cold start (llm/coldstart.go): ready after the smallest buckets.
 		g.opts.BackgroundCompile = g.opts.BackgroundCompile || s.opts.BackgroundWarmup
 		s.gens[g.name] = g

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -60,8 +61,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	kvBytes := fs.Int64("kv-cache-bytes", 0, "checkpoint directories: the paged KV cache's block pool in bytes (default: 512 MiB on CPU backends, else what the memory budget leaves after the weights, at most --max-sequences whole contexts)")
 	quantize := fs.String("quantize", "none", "checkpoint directories: none, or int8: the layers' linear projections as int8 with a float32 scale per output channel")
 	maxSeqs := fs.Int("max-sequences", 0, "checkpoint directories: sequences generated at once (the batch limit; each also needs the KV-cache blocks of its prompt and max_tokens) (default 16)")
-	prefillChunk := fs.Int("prefill-chunk", 0, "checkpoint directories: prefill prompts in chunks of N tokens between running decode steps, so a long prompt does not stall them (0: each prompt whole)")
-	prefixCache := fs.Bool("prefix-cache", false, "checkpoint directories, with --prefill-chunk: reuse the KV cache of earlier prompts' leading chunks for later prompts with the same tokens (answers bitwise unchanged)")
+	prefillChunk := fs.Int("prefill-chunk", llm.AutoPrefillChunk, "checkpoint directories: prefill prompts in chunks of N tokens between running decode steps, so a long prompt does not stall them (-1: 64, or 32 or 16 for a shorter context; 0: each prompt whole)")
+	prefixCache := fs.Bool("prefix-cache", true, "checkpoint directories, with chunked prefill: reuse the KV cache of earlier prompts' leading chunks for later prompts with the same tokens (answers bitwise unchanged); on unless --prefill-chunk 0")
 	maxN := fs.Int("max-n", 0, "checkpoint directories: the most choices (OpenAI's n) one request may ask for, at most 16 and the --max-sequences (default 16)")
 	pooling := fs.String("pooling", "", "checkpoint directories: /v1/embeddings pooling, last, mean or cls (default: the checkpoint's sentence-transformers config, else last)")
 	var adapters adapterFlags
@@ -75,6 +76,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	addMeshFlags(fs, &mf)
 	if err := parse(fs, reorder(fs, args)); err != nil {
 		return err
+	}
+	if *prefillChunk < llm.AutoPrefillChunk {
+		return usageErr("--prefill-chunk %d: want a chunk size, 0 (each prompt whole) or -1 (the default size)", *prefillChunk)
+	}
+	prefixSet := false
+	fs.Visit(func(f *flag.Flag) { prefixSet = prefixSet || f.Name == "prefix-cache" })
+	if *prefillChunk == 0 && !prefixSet {
+		*prefixCache = false // the default follows chunking; asked for explicitly, the engine refuses it
 	}
 	quant, err := llm.ParseQuantization(*quantize)
 	if err != nil {
