@@ -3,6 +3,7 @@ package engine
 import (
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
@@ -133,4 +134,68 @@ func shapeOf(t *testing.T, b backends.Builder, op backends.Op) shapes.Shape {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestCompiledKeepsOnlyItsKernels: an executable holds the kernels its
+// steps run and nothing the compiler chose on the way. A 1×1 convolution
+// fused with its ReLU is packed twice while compiling (the plain kernel,
+// then the fused one); the executable must keep one packed copy (16 MiB
+// here), not the compiler with both (the plan used to point into the
+// compiler: ResNet-50 held 46 MB of 1×1 kernels twice). Measured as the
+// live heap's growth over compiling (the test's own 16 MiB of weights come
+// before): 16 MiB. Fault injected once: returning &c.p from compile fails
+// it (32 MiB against a bound of 24).
+func TestCompiledKeepsOnlyItsKernels(t *testing.T) {
+	e, _ := newPair(t)
+	const c = 2048 // 2048x2048 float32: 16 MiB
+	kv := make([]float32, c*c)
+	for i := range kv {
+		kv[i] = float32(i%7) - 3
+	}
+	nchw := backends.ConvolveAxesConfig{InputBatch: 0, InputChannels: 1, InputSpatial: []int{2, 3},
+		KernelOutputChannels: 0, KernelInputChannels: 1, KernelSpatial: []int{2, 3},
+		OutputBatch: 0, OutputChannels: 1, OutputSpatial: []int{2, 3}}
+	live := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	before := live()
+	b := e.Builder("keeps")
+	x, err := b.Parameter("x", shapes.Make(dtypes.Float32, 1, c, 2, 2), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := b.Constant(kv, c, c, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := b.ConvGeneral(x, k, nchw, []int{1, 1}, [][2]int{{0, 0}, {0, 0}}, nil, []int{1, 1}, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero, _ := b.Constant([]float32{0})
+	z, err := b.BroadcastInDim(zero, shapes.Make(dtypes.Float32, 1, c, 2, 2), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.Max(y, z)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := b.Compile([]backends.Op{r}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Finalize()
+	if steps := exe.(*Executable).Steps(); len(steps) != 1 {
+		t.Fatalf("plan %v, want the fused convolution alone", steps)
+	}
+	grew := int64(live()) - int64(before)
+	runtime.KeepAlive(kv)
+	if limit := int64(24 << 20); grew > limit {
+		t.Errorf("the live heap grew by %d MiB compiling a 16 MiB convolution (beside the test's 16 MiB), want at most %d MiB: the executable keeps kernels no step runs", grew>>20, limit>>20)
+	}
 }
