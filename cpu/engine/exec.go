@@ -90,6 +90,7 @@ type run struct {
 	ins     []backends.Buffer // a step's inputs
 	out     [1]backends.Buffer
 	outs    []backends.Buffer // many's slice
+	fresh   []backends.Buffer // the arena buffers the running step allocated
 	threads int
 }
 
@@ -113,6 +114,8 @@ func (x *Executable) putRun(r *run) {
 	clear(r.owned)
 	clear(r.ins)
 	clear(r.outs)
+	clear(r.fresh)
+	r.fresh = r.fresh[:0]
 	r.out[0] = nil
 	x.runs.Put(r)
 }
@@ -220,12 +223,15 @@ func (r *run) step(i int) (err error) {
 		}
 	}
 	if err != nil {
+		r.dropFresh()
 		var pe *parallel.PanicError
 		if errors.As(err, &pe) {
 			err = fmt.Errorf("%w (recovered; the executable stays usable)", err)
 		}
 		return &OpError{Computation: r.x.name, Op: st.name, Err: err}
 	}
+	clear(r.fresh)
+	r.fresh = r.fresh[:0]
 	for j, s := range st.outs {
 		r.bufs[s], r.owned[s] = outs[j], true
 	}
@@ -381,9 +387,26 @@ func (r *run) clone(b backends.Buffer) (backends.Buffer, error) {
 // run, which leaves the engine.
 func (r *run) alloc(s shapes.Shape) (backends.Buffer, any, error) {
 	if a := r.x.e.ar; a != nil && s.Memory() >= arenaMin && !r.outStep() {
-		return a.alloc(s)
+		b, flat, err := a.alloc(s)
+		if err == nil {
+			r.fresh = append(r.fresh, b)
+		}
+		return b, flat, err
 	}
 	return r.x.e.newBuffer(s)
+}
+
+// dropFresh gives back the arena buffers a failed step allocated: no slot
+// holds them, and the collector does not see arena memory, so a kernel
+// that fails after allocating (an index out of range, a recovered panic)
+// would otherwise leak them for good. Those the step already freed are
+// not arena buffers any more (release reports false).
+func (r *run) dropFresh() {
+	for _, b := range r.fresh {
+		r.x.e.ar.release(b)
+	}
+	clear(r.fresh)
+	r.fresh = r.fresh[:0]
 }
 
 // outStep reports whether the running step makes an output of the run.
