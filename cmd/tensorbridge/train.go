@@ -216,12 +216,14 @@ func checkWritable(path string) error {
 // runTrain is `tensorbridge train`; its errors are one line each.
 func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if os.Getenv("GOGC") == "" {
-		// A training step's memory is large pointer-free buffers (the cpu
-		// engine's activations), which Go's collector marks for almost
+		// A training run's heap is mostly large pointer-free buffers (the
+		// weights; the cpu engine keeps a step's large values in its
+		// arena, off the heap), which Go's collector marks for almost
 		// nothing; at the default GOGC=100 the heap may grow to twice what
-		// is live before a collection. 25 cut the 100M Llama's LoRA peak
-		// RSS on cpu by 15-25% at the same step time (BENCHMARKS.md,
-		// fine-tuning). GOGC in the environment still decides.
+		// is live before a collection. 10 against 25 took 40-50 MiB off
+		// the 100M Llama's LoRA peak RSS on cpu at the same step time
+		// (BENCHMARKS.md, fine-tuning, "Memory: the arena"). GOGC in the
+		// environment still decides.
 		defer debug.SetGCPercent(debug.SetGCPercent(trainGCPercent))
 	}
 	return oneLine(trainCommand(ctx, args, stdout, stderr))
