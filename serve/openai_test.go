@@ -71,12 +71,15 @@ type genServer struct {
 	ctx  int
 }
 
-// startGen serves the fixture's checkpoint (context 128) with o.
+// startGen serves the fixture's checkpoint (context 128) with o; without
+// generators in o, as `tensorbridge serve DIR` does by default: chunked
+// prefill of llm.DefaultPrefillChunk and the prefix cache.
 func startGen(t testing.TB, f *llmFixture, o serve.Options) *genServer {
 	t.Helper()
 	o.Backend = openBackend(t, tensorbridge.Settings{})
 	if o.Generators == nil {
-		o.Generators = []serve.GeneratorSource{{Dir: f.dir, Engine: llm.EngineOptions{MaxSequences: 4, MaxQueue: 16}}}
+		o.Generators = []serve.GeneratorSource{{Dir: f.dir, Engine: llm.EngineOptions{MaxSequences: 4, MaxQueue: 16,
+			PrefillChunk: llm.AutoPrefillChunk, PrefixCache: true}}}
 	}
 	if o.Logger == nil {
 		o.Logger = quietLogger(t)
