@@ -10,14 +10,14 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 )
 
-// randomGraph builds a random float32 graph of the engine's native and
-// fused ops (and some that run in segments) from seed, over two inputs
-// of shape [a, b]. It is deterministic in seed, so both engines get the
-// same graph.
-func randomGraph(seed uint64, nops int) (ins []shapes.Shape, fn graphFn) {
+// randomGraph builds a random graph of the engine's native and fused ops
+// (and some that run in segments) from seed, over two inputs of shape
+// [a, b] of dtype dt (float32; float64 for the reference). It is
+// deterministic in seed, so both engines get the same graph.
+func randomGraph(seed uint64, nops int, dt dtypes.DType) (ins []shapes.Shape, fn graphFn) {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	a, bd := 1+rng.IntN(6), 1+rng.IntN(9)
-	ins = []shapes.Shape{shapes.Make(dtypes.Float32, a, bd), shapes.Make(dtypes.Float32, a, bd)}
+	ins = []shapes.Shape{shapes.Make(dt, a, bd), shapes.Make(dt, a, bd)}
 	fn = func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
 		r := rand.New(rand.NewPCG(seed, 7))
 		vals := append([]backends.Op(nil), p...)
@@ -53,9 +53,9 @@ func randomGraph(seed uint64, nops int) (ins []shapes.Shape, fn graphFn) {
 				if sx.Rank() == 1 { // broadcast back to 2-D, as a row or a column
 					d := sx.Dimensions[0]
 					if r.IntN(2) == 0 {
-						y, err = b.BroadcastInDim(x, shapes.Make(dtypes.Float32, 3, d), []int{1})
+						y, err = b.BroadcastInDim(x, shapes.Make(dt, 3, d), []int{1})
 					} else {
-						y, err = b.BroadcastInDim(x, shapes.Make(dtypes.Float32, d, 2), []int{0})
+						y, err = b.BroadcastInDim(x, shapes.Make(dt, d, 2), []int{0})
 					}
 				}
 			case 7:
@@ -102,13 +102,20 @@ func randomGraph(seed uint64, nops int) (ins []shapes.Shape, fn graphFn) {
 // FuzzEngineMatchesSimplego is the differential test: random graphs on
 // this engine and on GoMLX's simplego agree within float32 rounding (the
 // matrix products) and bit for bit elsewhere (checked as a tight bound).
+// Where a product's rounding is amplified further on (an Exp of a large
+// sum multiplies its relative error by the sum), the engine's float32
+// result must be as close to the graph computed in float64 (simplego) as
+// simplego's float32 result is, within 4x: seed 3718 differed from
+// simplego by 2.3e-5 relative through a product, an Exp of about 56 and
+// another product, both float32 results 2e-5 from the float64 one.
 func FuzzEngineMatchesSimplego(f *testing.F) {
 	for s := range uint64(40) {
 		f.Add(s)
 	}
+	f.Add(uint64(3718))
 	f.Fuzz(func(t *testing.T, seed uint64) {
 		e, oracle := newPair(t)
-		ins, fn := randomGraph(seed, 12)
+		ins, fn := randomGraph(seed, 12, dtypes.Float32)
 		rng := rand.New(rand.NewPCG(seed, 3))
 		vals := []any{randF32(rng, ins[0].Size()), randF32(rng, ins[1].Size())}
 		got, err := tryGraph(e, ins, vals, nil, fn)
@@ -119,15 +126,45 @@ func FuzzEngineMatchesSimplego(f *testing.F) {
 		if err != nil {
 			return
 		}
+		var truth []any // the float64 graph, computed only when needed
 		for i := range want {
 			g, w := got[i].([]float32), want[i].([]float32)
 			for j := range w {
 				d := math.Abs(float64(g[j]) - float64(w[j]))
 				same := d <= 1e-5*(1+math.Abs(float64(w[j]))) || (math.IsNaN(float64(g[j])) && math.IsNaN(float64(w[j]))) || g[j] == w[j]
-				if !same {
-					t.Fatalf("seed %d output %d element %d: %g, want %g", seed, i, j, g[j], w[j])
+				if same {
+					continue
+				}
+				if truth == nil {
+					truth = float64Graph(t, oracle, seed, vals)
+				}
+				x := truth[i].([]float64)[j]
+				ge, we := math.Abs(float64(g[j])-x), math.Abs(float64(w[j])-x)
+				if math.IsInf(ge, 0) || math.IsNaN(ge) || ge > 4*we+1e-6*(1+math.Abs(x)) {
+					t.Fatalf("seed %d output %d element %d: %g, simplego %g, float64 %g", seed, i, j, g[j], w[j], x)
 				}
 			}
 		}
 	})
+}
+
+// float64Graph runs seed's random graph in float64 on simplego over the
+// same input values.
+func float64Graph(t *testing.T, oracle backends.Backend, seed uint64, vals []any) []any {
+	t.Helper()
+	ins, fn := randomGraph(seed, 12, dtypes.Float64)
+	wide := make([]any, len(vals))
+	for i, v := range vals {
+		f := v.([]float32)
+		d := make([]float64, len(f))
+		for j, x := range f {
+			d[j] = float64(x)
+		}
+		wide[i] = d
+	}
+	res, err := tryGraph(oracle, ins, wide, nil, fn)
+	if err != nil {
+		t.Fatalf("seed %d in float64: %v", seed, err)
+	}
+	return res
 }
