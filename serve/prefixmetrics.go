@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tensorbridge/tensorbridge/llm"
 )
 
 // Prefix-cache metric names: the counters vLLM exports as
@@ -28,7 +30,8 @@ var (
 // prefixCollector reads each generator's prefix-cache counters
 // (llm.Engine.PrefixStats) when /metrics is scraped: the engine keeps
 // them, so they are never copied between counters. A generator whose
-// engine is not started yet reports nothing.
+// engine is not started yet (or runs without the cache) reports zeros, so
+// each series exists from the first scrape.
 type prefixCollector struct {
 	mu   sync.Mutex
 	gens []*generator
@@ -47,17 +50,16 @@ func (p *prefixCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- prefixEvictionsDesc
 }
 
-// Collect sends each started generator's counters.
+// Collect sends each generator's counters.
 func (p *prefixCollector) Collect(ch chan<- prometheus.Metric) {
 	p.mu.Lock()
 	gens := append([]*generator(nil), p.gens...)
 	p.mu.Unlock()
 	for _, g := range gens {
-		e := g.eng.Load()
-		if e == nil {
-			continue
+		var st llm.PrefixStats
+		if e := g.eng.Load(); e != nil {
+			st = e.PrefixStats()
 		}
-		st := e.PrefixStats()
 		ch <- prometheus.MustNewConstMetric(prefixQueriesDesc, prometheus.CounterValue, float64(st.QueryTokens), g.name)
 		ch <- prometheus.MustNewConstMetric(prefixHitsDesc, prometheus.CounterValue, float64(st.HitTokens), g.name)
 		ch <- prometheus.MustNewConstMetric(prefixEvictionsDesc, prometheus.CounterValue, float64(st.Evictions), g.name)

@@ -250,21 +250,7 @@ func compileOn(t *testing.T, e *Engine, ins []shapes.Shape, fn graphFn) (backend
 func TestArenaConcurrentRuns(t *testing.T) {
 	e, oracle := newPair(t)
 	s3 := shapes.Make(dtypes.Float32, 128, 128, 8)
-	fn := func(bl backends.Builder, p []backends.Op) ([]backends.Op, error) {
-		d, err := bl.ReduceSum(p[0], 2)
-		if err != nil {
-			return nil, err
-		}
-		sq, err := bl.Mul(d, d)
-		if err != nil {
-			return nil, err
-		}
-		r, err := bl.ReduceSum(sq, 1)
-		if err != nil {
-			return nil, err
-		}
-		return []backends.Op{r}, nil
-	}
+	fn := sumOfSquares
 	ins := []shapes.Shape{s3}
 	exe, _ := compileOn(t, e, ins, fn)
 	defer exe.Finalize()
@@ -327,21 +313,7 @@ func TestArenaConcurrentRuns(t *testing.T) {
 func TestArenaFailedStepsGiveBack(t *testing.T) {
 	e, oracle := newPair(t)
 	s3 := shapes.Make(dtypes.Float32, 128, 128, 4)
-	fn := func(bl backends.Builder, p []backends.Op) ([]backends.Op, error) {
-		d, err := bl.ReduceSum(p[0], 2) // 64 KiB: in the arena
-		if err != nil {
-			return nil, err
-		}
-		sq, err := bl.Mul(d, d)
-		if err != nil {
-			return nil, err
-		}
-		r, err := bl.ReduceSum(sq, 1)
-		if err != nil {
-			return nil, err
-		}
-		return []backends.Op{r}, nil
-	}
+	fn := sumOfSquares // its [128, 128] sums, 64 KiB, are in the arena
 	ins := []shapes.Shape{s3}
 	x := randF32(rand.New(rand.NewPCG(4, 5)), s3.Size())
 	want := runGraph(t, oracle, ins, []any{x}, fn)
@@ -378,4 +350,23 @@ func TestArenaFailedStepsGiveBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameValues(t, got, want)
+}
+
+// sumOfSquares sums its input [a, b, c] over c, squares the sums and sums
+// them over b: two reductions around an element-wise step, whose [a, b]
+// intermediates are the arena's from 64 KiB.
+func sumOfSquares(bl backends.Builder, p []backends.Op) ([]backends.Op, error) {
+	d, err := bl.ReduceSum(p[0], 2)
+	if err != nil {
+		return nil, err
+	}
+	sq, err := bl.Mul(d, d)
+	if err != nil {
+		return nil, err
+	}
+	r, err := bl.ReduceSum(sq, 1)
+	if err != nil {
+		return nil, err
+	}
+	return []backends.Op{r}, nil
 }
